@@ -1,0 +1,113 @@
+"""The book's own checks can fail: hygiene, the shared setup cell, and nbval's strictness."""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from tools.book import ROOT, notebook_paths, setup_cell
+from tools.check_notebooks import check_notebook
+from tools.execute_notebooks import clean_metadata
+
+
+def make_notebook(path, cells):
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def executed(source, count, text):
+    cell = new_code_cell(source, execution_count=count)
+    cell.outputs = [new_output("stream", name="stdout", text=text)]
+    return cell
+
+
+def clean_cells():
+    return [new_markdown_cell("# t"), executed(setup_cell(), 1, ""), executed("print(2)", 2, "2\n")]
+
+
+def test_a_clean_notebook_passes(tmp_path):
+    assert check_notebook(make_notebook(tmp_path / "nb.ipynb", clean_cells())) == []
+
+
+def test_out_of_order_or_unexecuted_cells_fail(tmp_path):
+    cells = clean_cells()
+    cells[2].execution_count = 5
+    problems = check_notebook(make_notebook(tmp_path / "a.ipynb", cells))
+    assert any("execution counts are [1, 5], expected 1..2" in p for p in problems)
+    cells[2].execution_count = None
+    problems = check_notebook(make_notebook(tmp_path / "b.ipynb", cells))
+    assert any("execution counts are [1, None]" in p for p in problems)
+
+
+def test_untagged_error_output_fails_and_tagged_one_passes(tmp_path):
+    cells = clean_cells()
+    cells[2].outputs = [new_output("error", ename="ValueError", evalue="x", traceback=[])]
+    problems = check_notebook(make_notebook(tmp_path / "a.ipynb", cells))
+    assert any("cell 2: stores an error (ValueError)" in p for p in problems)
+    cells[2].metadata["tags"] = ["raises-exception"]
+    assert check_notebook(make_notebook(tmp_path / "b.ipynb", cells)) == []
+
+
+def test_volatile_metadata_and_wrong_kernel_fail(tmp_path):
+    cells = clean_cells()
+    cells[2].metadata["execution"] = {"iopub.execute_input": "2026-01-01"}
+    path = make_notebook(tmp_path / "a.ipynb", cells)
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["colab"] = {"provenance": []}
+    nb.metadata["kernelspec"]["name"] = "conda-env"
+    nbformat.write(nb, path)
+    problems = "\n".join(check_notebook(path))
+    assert "kernelspec name is 'conda-env'" in problems
+    assert "notebook metadata has 'colab'" in problems
+    assert "cell 2: metadata has 'execution'" in problems
+    # ... and the re-execution tool's clean-up removes exactly these.
+    clean_metadata(nb)
+    assert all("execution" not in cell.metadata for cell in nb.cells)
+    assert "colab" not in nb.metadata and nb.metadata["kernelspec"]["name"] == "python3"
+
+
+def test_a_changed_setup_cell_fails(tmp_path):
+    cells = clean_cells()
+    cells[1].source = setup_cell().replace("seed=0", "seed=1")
+    problems = check_notebook(make_notebook(tmp_path / "a.ipynb", cells))
+    assert any("not the book's setup cell" in p for p in problems)
+
+
+def test_every_book_notebook_is_clean():
+    paths = notebook_paths()
+    assert paths, "the book has no notebooks"
+    assert [p for path in paths for p in check_notebook(path)] == []
+
+
+def run_nbval(path):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
+         str(ROOT / "tools" / "nbval_sanitize.cfg"), str(path)],
+        capture_output=True, text=True, cwd=path.parent, timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("stored", "verdict"),
+    [
+        ("4\n", "pass"),
+        ("5\n", "fail"),  # a changed printed value
+        (None, "fail"),  # a deleted output
+        ("4\n<object at 0x7f3a2b1c9d10>\n", "pass"),  # addresses are sanitised...
+    ],
+)
+def test_nbval_is_strict_about_printed_values(tmp_path, stored, verdict):
+    source = "print(2 + 2)"
+    if stored and "object at" in stored:
+        source += "\nprint(f'<object at {hex(id(object()))}>')"  # ...whatever they are
+    cell = new_code_cell(source, execution_count=1)
+    if stored is not None:
+        cell.outputs = [new_output("stream", name="stdout", text=stored)]
+    result = run_nbval(make_notebook(tmp_path / "nb.ipynb", [cell]))
+    assert (result.returncode == 0) == (verdict == "pass"), result.stdout[-2000:]

@@ -1,0 +1,48 @@
+"""Facts about the book that tools and tests share: where it lives, and its setup cell.
+
+`REPO_URL` is the one place the repository's address is written. A fork sets it with
+`python tools/set_repo_url.py URL`, which rewrites this file, every notebook's setup cell and
+the README's Colab links.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+REPO_URL = "https://github.com/attention-book/attention-book"
+
+SETUP_CELL_TEMPLATE = '''\
+# Setup, the same in every notebook: make `utils` importable, fetch the book in Colab,
+# seed everything. Safe to run twice.
+import pathlib
+import subprocess
+import sys
+
+REPO_URL = "{repo_url}"
+if "google.colab" in sys.modules:  # a Colab runtime starts without the book's files
+    repo = pathlib.Path("/content/" + REPO_URL.rstrip("/").split("/")[-1])
+    if not repo.exists():
+        subprocess.run(["git", "clone", "-q", "--depth", "1", REPO_URL, str(repo)], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r",
+                        str(repo / "requirements-colab.txt")], check=True)
+    import os
+    os.chdir(repo / "notebooks")
+ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "utils").is_dir())
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import utils
+
+utils.setup(seed=0)'''
+
+
+def setup_cell(repo_url: str = REPO_URL) -> str:
+    """The setup cell's source, exactly as every notebook carries it."""
+    return SETUP_CELL_TEMPLATE.format(repo_url=repo_url)
+
+
+def notebook_paths() -> list[Path]:
+    """Every notebook of the book, in reading order."""
+    return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))

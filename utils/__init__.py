@@ -1,0 +1,22 @@
+"""`utils`: the library the book grows, one module per concept, in reading order.
+
+Each notebook derives a piece and the finished piece lives here, so later notebooks import
+it instead of retyping it. Imports only point backwards in the reading order:
+
+- `env`          reproducible set-up (`setup`, `get_device`)           -- notebook 00
+- `plotting`     heatmaps of attention, masks and positional encodings -- every notebook
+- `diagrams`     the architecture figure drawn with matplotlib         -- notebook 00
+- `embeddings`   vocabulary, token embeddings, positional encodings    -- notebooks 01-02
+- `attention`    scaled dot-product and multi-head attention           -- notebooks 03, 05
+- `masks`        padding and causal masks                              -- notebook 04
+- `layers`       feed-forward, LayerNorm, sublayers, encoder/decoder layers -- notebooks 06-08
+- `model`        encoder, decoder, the Transformer and its config      -- notebook 09
+
+Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;
+masks are boolean with `True` = may attend, broadcastable to `(batch, heads, queries, keys)`;
+bad input raises `ValueError` saying what was expected and what came.
+"""
+
+from utils.env import get_device, setup
+
+__all__ = ["setup", "get_device"]

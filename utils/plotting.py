@@ -1,0 +1,300 @@
+"""Heatmaps with one look for every picture in the book.
+
+- `plot_attention`: attention weights, queries (rows) x keys (columns);
+- `plot_mask`: a boolean mask, True = may attend;
+- `plot_positional_encoding`: a positional-encoding matrix, positions x dimensions;
+- `plot_attention_grid`: multi-head maps, one panel per head (and a row per layer).
+
+Every function accepts a torch tensor or a NumPy array, validates its rank and labels, and
+returns the matplotlib figure and axes so a notebook can adjust them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import seaborn as sns
+import torch
+from matplotlib.axes import Axes
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+__all__ = [
+    "ATTENTION_CMAP",
+    "plot_attention",
+    "plot_mask",
+    "plot_positional_encoding",
+    "plot_attention_grid",
+]
+
+ATTENTION_CMAP = "viridis"  # perceptually uniform: weight 0 is dark, weight 1 is bright
+ENCODING_CMAP = "RdBu_r"  # diverging: the sign of an encoding matters
+MASK_COLORS = ("#d9d9d9", "#2b8cbe")  # masked (False), may attend (True)
+
+
+def _as_array(x: torch.Tensor | np.ndarray, ndim: int | tuple[int, ...], name: str) -> np.ndarray:
+    """`x` as a float NumPy array of the expected rank; ValueError otherwise."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu()
+        x = x.numpy() if x.dtype == torch.bool else x.float().numpy()
+    elif not isinstance(x, np.ndarray):
+        raise ValueError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    ranks = (ndim,) if isinstance(ndim, int) else ndim
+    if x.ndim not in ranks:
+        expected = " or ".join(f"{r}-D" for r in ranks)
+        raise ValueError(f"{name} must be {expected}, got shape {tuple(x.shape)} ({x.ndim}-D)")
+    if x.size == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(x.shape)})")
+    return x
+
+
+def _check_labels(
+    labels: Sequence[str] | None, size: int, name: str, axis: str
+) -> list[str] | str:
+    """Tick labels for one axis: the given tokens, or automatic numbers when None."""
+    if labels is None:
+        return "auto"  # seaborn picks readable integer ticks
+    if isinstance(labels, str):
+        raise ValueError(f"{name} must be a sequence of strings (one per {axis}), got one string")
+    labels = [str(t) for t in labels]
+    if len(labels) != size:
+        raise ValueError(
+            f"{name} has {len(labels)} labels but the matrix has {size} {axis}s; "
+            f"give one label per {axis}"
+        )
+    return labels
+
+
+def _new_axes(ax: Axes | None, shape: tuple[int, int]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    rows, cols = shape
+    # Big enough for word labels, small enough for a notebook column.
+    width = min(9.0, max(3.5, 0.45 * cols + 1.8))
+    height = min(9.0, max(3.0, 0.45 * rows + 1.0))
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    return fig, ax
+
+
+def plot_attention(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+    vmax: float | None = 1.0,
+) -> tuple[Figure, Axes]:
+    """Heatmap of one attention matrix.
+
+    Args:
+        weights: `(queries, keys)`; row `i` is the distribution query `i` puts over the keys.
+        query_labels: one label per query (the rows), e.g. target tokens.
+        key_labels: one label per key (the columns), e.g. source tokens.
+        ax: draw into this axes instead of a new figure.
+        title: axes title.
+        annotate: write each weight (2 decimals) in its cell; default: when the matrix is small.
+        colorbar: draw a colour bar.
+        vmax: top of the colour scale (1.0, so maps are comparable); None scales to the data.
+
+    Returns:
+        `(figure, axes)`.
+    """
+    w = _as_array(weights, 2, "weights")
+    ylabels = _check_labels(query_labels, w.shape[0], "query_labels", "query row")
+    xlabels = _check_labels(key_labels, w.shape[1], "key_labels", "key column")
+    fig, ax = _new_axes(ax, w.shape)
+    if annotate is None:
+        annotate = max(w.shape) <= 8
+    sns.heatmap(
+        w,
+        ax=ax,
+        cmap=ATTENTION_CMAP,
+        vmin=0.0,
+        vmax=vmax,
+        square=True,
+        cbar=colorbar,
+        annot=annotate,
+        fmt=".2f",
+        annot_kws={"fontsize": 8},
+        xticklabels=xlabels,
+        yticklabels=ylabels,
+        linewidths=0.0,
+    )
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.tick_params(axis="x", labelrotation=90 if key_labels is not None else 0)
+    ax.tick_params(axis="y", labelrotation=0)
+    if title:
+        ax.set_title(title)
+    return fig, ax
+
+
+def plot_mask(
+    mask: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    legend: bool = True,
+) -> tuple[Figure, Axes]:
+    """Heatmap of a boolean attention mask, `True` = may attend (the book's convention).
+
+    Args:
+        mask: `(queries, keys)`, dtype bool. Squeeze broadcast dimensions first, e.g.
+            `padding_mask(...)[0, 0]`.
+        query_labels, key_labels: one label per row / column.
+
+    Returns:
+        `(figure, axes)`.
+    """
+    if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+    if isinstance(mask, np.ndarray) and mask.dtype != np.bool_:
+        raise ValueError(f"mask must be a bool array (True = may attend), got {mask.dtype}")
+    m = _as_array(mask, 2, "mask").astype(float)
+    ylabels = _check_labels(query_labels, m.shape[0], "query_labels", "query row")
+    xlabels = _check_labels(key_labels, m.shape[1], "key_labels", "key column")
+    fig, ax = _new_axes(ax, m.shape)
+    sns.heatmap(
+        m,
+        ax=ax,
+        cmap=ListedColormap(MASK_COLORS),
+        vmin=0.0,
+        vmax=1.0,
+        square=True,
+        cbar=False,
+        xticklabels=xlabels,
+        yticklabels=ylabels,
+        linewidths=0.5,
+        linecolor="white",
+    )
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    ax.tick_params(axis="x", labelrotation=90 if key_labels is not None else 0)
+    ax.tick_params(axis="y", labelrotation=0)
+    if legend:
+        handles = [
+            Patch(facecolor=MASK_COLORS[1], label="may attend (True)"),
+            Patch(facecolor=MASK_COLORS[0], label="masked (False)"),
+        ]
+        # Above the matrix (the title moves up to make room): never over cells or tick labels.
+        ax.legend(
+            handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2,
+            frameon=False, fontsize=8, handlelength=1.0, columnspacing=1.0,
+        )
+    if title:
+        ax.set_title(title, pad=20 if legend else 6)
+    return fig, ax
+
+
+def plot_positional_encoding(
+    encoding: torch.Tensor | np.ndarray,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    colorbar: bool = True,
+) -> tuple[Figure, Axes]:
+    """Heatmap of a positional-encoding matrix `(positions, d_model)`.
+
+    Rows are positions `p`, columns are dimensions `i`; a diverging colour map centred on 0
+    shows the sign, so the sinusoids' stripes are visible.
+
+    Returns:
+        `(figure, axes)`.
+    """
+    pe = _as_array(encoding, 2, "encoding")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(7.0, 4.0), layout="constrained")
+    else:
+        fig = ax.figure
+    limit = float(np.abs(pe).max()) or 1.0
+    sns.heatmap(
+        pe,
+        ax=ax,
+        cmap=ENCODING_CMAP,
+        vmin=-limit,
+        vmax=limit,
+        center=0.0,
+        cbar=colorbar,
+        xticklabels="auto",
+        yticklabels="auto",
+    )
+    ax.set_xlabel("dimension $i$")
+    ax.set_ylabel("position $p$")
+    ax.tick_params(axis="y", labelrotation=0)
+    if title:
+        ax.set_title(title)
+    return fig, ax
+
+
+def plot_attention_grid(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    row_titles: Sequence[str] | None = None,
+    title: str | None = None,
+    panel_size: float = 2.4,
+) -> tuple[Figure, np.ndarray]:
+    """A grid of attention heatmaps: one panel per head, one row per layer.
+
+    Args:
+        weights: `(heads, queries, keys)` for one layer, or `(layers, heads, queries, keys)`.
+            Select one batch element first, e.g. `mha.attn_weights[0]`.
+        query_labels, key_labels: one label per query / key, shown on the outer panels.
+        row_titles: one title per row (default: "layer 1", "layer 2", ...).
+        title: figure title.
+        panel_size: inches per panel.
+
+    Returns:
+        `(figure, axes)` with `axes` of shape `(layers, heads)` (`(1, heads)` for 3-D input).
+    """
+    w = _as_array(weights, (3, 4), "weights")
+    if w.ndim == 3:
+        w = w[None]
+    n_rows, n_heads, n_q, n_k = w.shape
+    ylabels = _check_labels(query_labels, n_q, "query_labels", "query row")
+    xlabels = _check_labels(key_labels, n_k, "key_labels", "key column")
+    if row_titles is None:
+        row_titles = [f"layer {r + 1}" for r in range(n_rows)] if n_rows > 1 else [""]
+    elif len(row_titles) != n_rows:
+        raise ValueError(f"row_titles has {len(row_titles)} entries but weights has {n_rows} rows")
+    fig, axes = plt.subplots(
+        n_rows,
+        n_heads,
+        figsize=(panel_size * n_heads + 1.2, panel_size * n_rows + 0.6),
+        squeeze=False,
+        layout="constrained",
+    )
+    for r in range(n_rows):
+        for h in range(n_heads):
+            ax = axes[r, h]
+            sns.heatmap(
+                w[r, h],
+                ax=ax,
+                cmap=ATTENTION_CMAP,
+                vmin=0.0,
+                vmax=1.0,
+                square=True,
+                cbar=False,
+                xticklabels=xlabels if r == n_rows - 1 else False,
+                yticklabels=ylabels if h == 0 else False,
+            )
+            ax.set_title(f"head {h + 1}", fontsize=9)
+            if h == 0 and row_titles[r]:
+                ax.set_ylabel(row_titles[r])
+            if r == n_rows - 1 and key_labels is not None:
+                ax.tick_params(axis="x", labelrotation=90)
+            ax.tick_params(axis="y", labelrotation=0)
+    mappable = axes[0, 0].collections[0]
+    fig.colorbar(mappable, ax=axes, shrink=0.8, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig, axes
