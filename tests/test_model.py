@@ -1,0 +1,405 @@
+"""Tests for `utils.model`: parity with nn.Transformer*, properties, counts, config errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from utils.layers import LayerNorm, copy_to_torch_decoder_layer, copy_to_torch_encoder_layer
+from utils.masks import (
+    causal_mask,
+    padding_mask,
+    target_mask,
+    to_torch_attn_mask,
+    to_torch_key_padding_mask,
+)
+from utils.model import (
+    Decoder,
+    Encoder,
+    Generator,
+    Transformer,
+    TransformerConfig,
+    copy_to_torch_decoder,
+    copy_to_torch_encoder,
+    copy_to_torch_transformer,
+    count_parameters,
+    parameter_breakdown,
+    transformer_parameter_count,
+)
+
+PAD = 0
+SMALL = {"d_model": 32, "n_heads": 4, "d_ff": 64, "n_layers": 2, "dropout": 0.1, "max_len": 64}
+
+
+def small_config(**overrides: object) -> TransformerConfig:
+    return TransformerConfig(**({"src_vocab_size": 11, "tgt_vocab_size": 13} | SMALL | overrides))
+
+
+def _tokens(vocab: int, seq: int, lengths: list[int]) -> torch.Tensor:
+    """Token ids in [1, vocab), right-padded with PAD after `lengths[i]` tokens."""
+    tokens = torch.randint(1, vocab, (len(lengths), seq))
+    for i, n in enumerate(lengths):
+        tokens[i, n:] = PAD
+    return tokens
+
+
+def _torch_stack(kind: str, config: TransformerConfig) -> nn.Module:
+    """nn.TransformerEncoder/Decoder like ours: final norm only for pre-norm."""
+    d = config.d_model
+    layer_kwargs = {
+        "d_model": d,
+        "nhead": config.n_heads,
+        "dim_feedforward": config.d_ff,
+        "dropout": config.dropout,
+        "batch_first": True,
+        "norm_first": config.norm_first,
+    }
+    norm = nn.LayerNorm(d) if config.norm_first else None
+    with warnings.catch_warnings():  # "enable_nested_tensor is True, but ... norm_first"
+        warnings.simplefilter("ignore", UserWarning)
+        if kind == "encoder":
+            layer = nn.TransformerEncoderLayer(**layer_kwargs)
+            return nn.TransformerEncoder(layer, config.n_layers, norm=norm).eval()
+        layer = nn.TransformerDecoderLayer(**layer_kwargs)
+        return nn.TransformerDecoder(layer, config.n_layers, norm=norm).eval()
+
+
+def _torch_transformer(config: TransformerConfig) -> nn.Transformer:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return nn.Transformer(
+            d_model=config.d_model,
+            nhead=config.n_heads,
+            num_encoder_layers=config.n_layers,
+            num_decoder_layers=config.n_layers,
+            dim_feedforward=config.d_ff,
+            dropout=config.dropout,
+            batch_first=True,
+            norm_first=config.norm_first,
+        ).eval()
+
+
+# --------------------------------------------------------------------------------------------
+# parity with torch.nn (eval mode, copied weights; grad mode on, so PyTorch takes its
+# reference path rather than the fused "fast path")
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_matches_torch(norm_first: bool) -> None:
+    config = small_config(norm_first=norm_first)
+    ours, theirs = Encoder(config).eval(), _torch_stack("encoder", config)
+    copy_to_torch_encoder(ours, theirs)
+    mask = padding_mask(_tokens(11, 7, [7, 5, 2]), PAD)
+    x = torch.randn(3, 7, config.d_model)
+    expected = theirs(x, src_key_padding_mask=to_torch_key_padding_mask(mask))
+    torch.testing.assert_close(ours(x, mask), expected, atol=1e-5, rtol=0)
+    assert (ours.norm is None) == (not norm_first)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_matches_torch(norm_first: bool) -> None:
+    config = small_config(norm_first=norm_first)
+    ours, theirs = Decoder(config).eval(), _torch_stack("decoder", config)
+    copy_to_torch_decoder(ours, theirs)
+    src, tgt = _tokens(11, 7, [7, 5, 2]), _tokens(13, 6, [6, 4, 3])
+    x, memory = torch.randn(3, 6, config.d_model), torch.randn(3, 7, config.d_model)
+    expected = theirs(
+        x,
+        memory,
+        tgt_mask=to_torch_attn_mask(causal_mask(6)),
+        tgt_key_padding_mask=tgt == PAD,
+        memory_key_padding_mask=src == PAD,
+    )
+    actual = ours(x, memory, target_mask(tgt, PAD), padding_mask(src, PAD))
+    torch.testing.assert_close(actual, expected, atol=1e-5, rtol=0)
+
+
+def _their_logits(ours: Transformer, theirs: nn.Transformer, src, tgt) -> torch.Tensor:
+    """Run nn.Transformer on our embeddings and apply our generator to its output."""
+    out = theirs(
+        ours.src_embed(src),
+        ours.tgt_embed(tgt),
+        tgt_mask=to_torch_attn_mask(causal_mask(tgt.shape[1])),
+        src_key_padding_mask=src == PAD,
+        tgt_key_padding_mask=tgt == PAD,
+        memory_key_padding_mask=src == PAD,
+    )
+    return ours.generator(out)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("share_embeddings", [False, True])
+def test_transformer_matches_torch(norm_first: bool, share_embeddings: bool) -> None:
+    vocab = {"tgt_vocab_size": 11} if share_embeddings else {}
+    config = small_config(norm_first=norm_first, share_embeddings=share_embeddings, **vocab)
+    ours, theirs = Transformer(config).eval(), _torch_transformer(config)
+    copy_to_torch_transformer(ours, theirs)
+    assert (theirs.encoder.norm is None) == (not norm_first)  # removed for post-norm
+    src = _tokens(11, 7, [7, 5, 2])
+    tgt = _tokens(config.tgt_vocab_size, 6, [6, 4, 3])
+    torch.testing.assert_close(
+        ours(src, tgt), _their_logits(ours, theirs, src, tgt), atol=1e-5, rtol=0
+    )
+
+
+def test_nn_transformer_post_norm_has_an_extra_final_norm() -> None:
+    """Pitfall: nn.Transformer(norm_first=False) ends both stacks with one more LayerNorm.
+
+    At initialisation it is almost invisible (it re-normalises an output whose last
+    LayerNorm has gain 1 and bias 0); with learned gains and biases it is not.
+    """
+    config = small_config()
+    ours, theirs = Transformer(config).eval(), _torch_transformer(config)
+    with torch.no_grad():  # LayerNorms as after training
+        for module in ours.modules():
+            if isinstance(module, LayerNorm):
+                module.weight.uniform_(0.5, 2.0)
+                module.bias.normal_(0.0, 0.5)
+    # Copy every layer but leave nn.Transformer's final norms in place: the outputs differ.
+    for mine, their in zip(ours.encoder.layers, theirs.encoder.layers, strict=True):
+        copy_to_torch_encoder_layer(mine, their)
+    for mine, their in zip(ours.decoder.layers, theirs.decoder.layers, strict=True):
+        copy_to_torch_decoder_layer(mine, their)
+    src, tgt = _tokens(11, 7, [7, 5, 2]), _tokens(13, 6, [6, 4, 3])
+    assert not torch.allclose(ours(src, tgt), _their_logits(ours, theirs, src, tgt), atol=0.1)
+    # Copying stacks whose final norms differ is refused...
+    with pytest.raises(ValueError, match="final norm differs"):
+        copy_to_torch_encoder(ours.encoder, theirs.encoder)
+    # ...and copy_to_torch_transformer removes theirs, after which the two agree.
+    copy_to_torch_transformer(ours, theirs)
+    torch.testing.assert_close(
+        ours(src, tgt), _their_logits(ours, theirs, src, tgt), atol=1e-5, rtol=0
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# properties
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_stack_does_not_peek(norm_first: bool) -> None:
+    config = small_config(norm_first=norm_first)
+    decoder = Decoder(config).eval()
+    x, memory = torch.randn(2, 6, config.d_model), torch.randn(2, 5, config.d_model)
+    changed = x.clone()
+    changed[:, 3:] = torch.randn(2, 3, config.d_model)
+    before, after = decoder(x, memory, causal_mask(6)), decoder(changed, memory, causal_mask(6))
+    torch.testing.assert_close(before[:, :3], after[:, :3], atol=1e-6, rtol=0)
+    assert not torch.allclose(before[:, 3:], after[:, 3:])
+
+
+def test_transformer_does_not_peek_at_future_target_tokens() -> None:
+    model = Transformer(small_config()).eval()
+    src = _tokens(11, 7, [7, 4])
+    tgt = _tokens(13, 6, [6, 6])
+    changed = tgt.clone()
+    changed[:, 3:] = (tgt[:, 3:] % 12) + 1  # different real tokens at positions 3..5
+    before, after = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(before[:, :3], after[:, :3], atol=1e-6, rtol=0)
+    assert not torch.allclose(before[:, 3:], after[:, 3:])
+
+
+def test_padding_does_not_change_the_real_positions() -> None:
+    model = Transformer(small_config()).eval()
+    src, tgt = _tokens(11, 5, [5]), _tokens(13, 4, [4])
+    padded_src = F.pad(src, (0, 3), value=PAD)
+    padded_tgt = F.pad(tgt, (0, 2), value=PAD)
+    expected = model(src, tgt)
+    torch.testing.assert_close(model(padded_src, padded_tgt)[:, :4], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"norm_first": True},
+        {"share_embeddings": True, "tgt_vocab_size": 11},
+        {"positional": "learned", "d_k": 5, "d_v": 3},
+    ],
+    ids=["post-norm", "pre-norm", "tied", "learned-custom-heads"],
+)
+def test_gradients_reach_every_parameter(overrides: dict) -> None:
+    model = Transformer(small_config(**overrides)).train()
+    src, tgt = _tokens(11, 7, [7, 5]), _tokens(model.config.tgt_vocab_size, 6, [6, 4])
+    logits = model(src, tgt)
+    labels = torch.randint(1, model.config.tgt_vocab_size, tgt.shape)
+    F.cross_entropy(logits.transpose(1, 2), labels).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"{name} got no gradient"
+        assert p.grad.abs().sum() > 0, f"{name} got an all-zero gradient"
+
+
+def test_state_dict_round_trip_gives_identical_outputs() -> None:
+    config = small_config(share_embeddings=True, tgt_vocab_size=11, positional="learned")
+    model = Transformer(config).eval()
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    buffer.seek(0)
+    clone = Transformer(config).eval()
+    src, tgt = _tokens(11, 7, [7, 5]), _tokens(11, 6, [6, 4])
+    assert not torch.equal(clone(src, tgt), model(src, tgt))  # a fresh model differs
+    clone.load_state_dict(torch.load(buffer, weights_only=True))
+    assert torch.equal(clone(src, tgt), model(src, tgt))
+    assert clone.generator.proj.weight is clone.src_embed.token.weight  # still tied
+
+
+def test_dropout_active_in_train_and_inactive_in_eval() -> None:
+    model = Transformer(small_config(dropout=0.1))
+    src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
+    model.train()
+    assert not torch.allclose(model(src, tgt), model(src, tgt))
+    model.eval()
+    assert torch.equal(model(src, tgt), model(src, tgt))
+
+
+def test_three_way_tying_shares_one_parameter() -> None:
+    model = Transformer(small_config(share_embeddings=True, tgt_vocab_size=11))
+    shared = model.src_embed.token.weight
+    assert model.tgt_embed.token.weight is shared
+    assert model.generator.proj.weight is shared
+    untied = Transformer(small_config(tgt_vocab_size=11))
+    assert untied.generator.proj.weight is not untied.tgt_embed.token.weight
+    # tying saves the target embedding and the generator matrix, 11 x 32 each
+    assert count_parameters(untied) - count_parameters(model) == 2 * 11 * 32
+
+
+def test_initialisation() -> None:
+    config = small_config(d_model=64, n_heads=4)
+    model = Transformer(config)
+    # embeddings N(0, 1/d_model), pad row zero
+    table = model.src_embed.token.weight
+    assert abs(table[1:].std().item() * 64**0.5 - 1.0) < 0.15
+    assert torch.equal(table[PAD], torch.zeros(64))
+    # every other weight matrix Xavier-uniform: |w| <= sqrt(6 / (fan_in + fan_out))
+    w = model.encoder.layers[0].ffn.linear1.weight
+    bound = (6 / (w.shape[0] + w.shape[1])) ** 0.5
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    generator = model.generator.proj.weight
+    assert generator.abs().max() <= (6 / sum(generator.shape)) ** 0.5
+    norm = model.decoder.layers[1].sublayers[2].norm
+    assert torch.equal(norm.weight, torch.ones(64)) and torch.equal(norm.bias, torch.zeros(64))
+
+
+def test_encode_decode_are_the_forward_pass() -> None:
+    model = Transformer(small_config()).eval()
+    src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
+    src_mask = padding_mask(src, PAD)
+    memory = model.encode(src)
+    assert memory.shape == (2, 7, 32)
+    hidden = model.decode(tgt, memory, src_mask)
+    assert hidden.shape == (2, 6, 32)
+    logits = model(src, tgt)
+    assert logits.shape == (2, 6, 13)
+    torch.testing.assert_close(model.generator(hidden), logits)
+    assert isinstance(model.generator, Generator)
+
+
+# --------------------------------------------------------------------------------------------
+# parameter counts
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"d_k": 5, "d_v": 7},
+        {"share_embeddings": True, "tgt_vocab_size": 11},
+        {"positional": "learned"},
+        {"norm_first": True, "n_layers": 3},
+        {"n_heads": 3, "d_model": 30, "d_k": 4, "d_v": 6, "positional": "learned"},
+    ],
+    ids=["default", "dk!=d/h", "tied", "learned", "pre-norm", "odd-sizes"],
+)
+def test_parameter_formula_equals_actual_count(overrides: dict) -> None:
+    config = small_config(**overrides)
+    model = Transformer(config)
+    assert transformer_parameter_count(config) == count_parameters(model)
+    parts = parameter_breakdown(config)
+    assert parts["encoder"] == count_parameters(model.encoder)
+    assert parts["decoder"] == count_parameters(model.decoder)
+
+
+def test_base_and_big_presets() -> None:
+    base, big = TransformerConfig.base(), TransformerConfig.big()
+    assert (base.d_model, base.n_heads, base.d_ff, base.n_layers, base.dropout) == (
+        512, 8, 2048, 6, 0.1,
+    )  # fmt: skip
+    assert (big.d_model, big.n_heads, big.d_ff, big.n_layers, big.dropout) == (
+        1024, 16, 4096, 6, 0.3,
+    )  # fmt: skip
+    assert base.share_embeddings and base.key_dim == base.value_dim == 64
+    assert big.key_dim == 64
+    # The paper's Table 3 reports 65M (base) and 213M (big); with a shared 37000-token
+    # vocabulary, biases and a generator bias we count 63.1M and 214.3M.
+    assert transformer_parameter_count(base) == 63_119_496
+    assert transformer_parameter_count(big) == 214_282_376
+    assert count_parameters(Transformer(base)) == 63_119_496
+    assert not TransformerConfig.base(37000, 30000).share_embeddings
+    assert TransformerConfig.base(n_layers=2).n_layers == 2
+
+
+# --------------------------------------------------------------------------------------------
+# configuration errors and bad input
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"d_model": 30}, "n_heads=4 must divide d_model=30"),
+        (
+            {"share_embeddings": True},
+            "share_embeddings=True needs one vocabulary, but src_vocab_size=11 != "
+            "tgt_vocab_size=13",
+        ),
+        ({"d_model": 0}, "d_model must be a positive int, got 0"),
+        ({"n_heads": -1}, "n_heads must be a positive int, got -1"),
+        ({"d_ff": 0}, "d_ff must be a positive int"),
+        ({"n_layers": 0}, "n_layers must be a positive int"),
+        ({"src_vocab_size": -5}, "src_vocab_size must be a positive int"),
+        ({"d_k": 0}, "d_k must be a positive int"),
+        ({"max_len": 0}, "max_len must be a positive int"),
+        ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
+        ({"dropout": -0.1}, r"dropout must be a probability in \[0, 1\)"),
+        ({"positional": "rotary"}, "positional must be one of"),
+        ({"d_model": 33, "n_heads": 3}, "needs an even d_model, got 33"),
+        ({"pad_id": 11}, r"pad_id must be an int in \[0, 11\)"),
+        ({"norm_first": 1}, "norm_first must be a bool"),
+    ],
+)
+def test_config_errors(overrides: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        small_config(**overrides)
+
+
+def test_config_is_frozen_and_replace_validates() -> None:
+    config = small_config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 64  # type: ignore[misc]
+    assert config.replace(d_model=64).d_model == 64
+    with pytest.raises(ValueError, match="n_heads=4 must divide d_model=30"):
+        config.replace(d_model=30)
+
+
+def test_bad_input() -> None:
+    model = Transformer(small_config())
+    src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
+    with pytest.raises(ValueError, match=r"src must be 2-D \(batch, seq\) token ids"):
+        model(src[0], tgt)
+    with pytest.raises(ValueError, match="same batch size"):
+        model(src, tgt[:1])
+    with pytest.raises(ValueError, match="memory batch size must equal"):
+        model.decode(tgt, model.encode(src[:1]))
+    with pytest.raises(ValueError, match="token ids must be in"):
+        model(src, tgt + 13)
+    with pytest.raises(ValueError, match="config must be a TransformerConfig"):
+        Transformer({"d_model": 32})  # type: ignore[arg-type]

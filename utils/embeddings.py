@@ -1,0 +1,299 @@
+"""Vocabulary, token embeddings and positional encodings (notebooks 01 and 02).
+
+- `tokenize`, `Vocab`: a word-level vocabulary with the special tokens
+  `<pad>` = 0, `<bos>` = 1, `<eos>` = 2, `<unk>` = 3;
+- `TokenEmbedding`: lookup scaled by √d_model (the paper, section 3.4), and `tie_weights`
+  to share one matrix between the embedding and the output layer;
+- `sinusoidal_encoding`, `SinusoidalPositionalEncoding`, `LearnedPositionalEncoding`
+  (section 3.5).
+
+Shapes are batch first: tokens `(B, S)`, embeddings `(B, S, d_model)`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "tokenize",
+    "Vocab",
+    "TokenEmbedding",
+    "tie_weights",
+    "sinusoidal_encoding",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+]
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case `text` and split it into words and single punctuation marks.
+
+    >>> tokenize("Hello, world!")
+    ['hello', ',', 'world', '!']
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return _TOKEN_RE.findall(text.lower())
+
+
+class Vocab:
+    """A word-level vocabulary: `itos[id]` is a token, `stoi[token]` its id.
+
+    Ids 0-3 are the special tokens `PAD`, `BOS`, `EOS`, `UNK`; the words follow, most frequent
+    first, ties broken alphabetically, so the same texts always give the same ids.
+    `decode(encode(text))` returns the normalised text `" ".join(tokenize(text))` when every
+    word is known; unknown words come back as `<unk>`.
+    """
+
+    PAD = "<pad>"
+    BOS = "<bos>"
+    EOS = "<eos>"
+    UNK = "<unk>"
+    SPECIALS = (PAD, BOS, EOS, UNK)
+
+    def __init__(self, tokens: Iterable[str] = ()) -> None:
+        """A vocabulary of the special tokens followed by `tokens` (in that order)."""
+        self.itos: list[str] = list(self.SPECIALS)
+        for token in tokens:
+            if not isinstance(token, str) or token in self.itos:
+                raise ValueError(f"tokens must be distinct strs, not specials; got {token!r}")
+            self.itos.append(token)
+        self.stoi: dict[str, int] = {token: i for i, token in enumerate(self.itos)}
+
+    @classmethod
+    def build(cls, texts: Iterable[str], min_freq: int = 1) -> Vocab:
+        """Count the words of `texts` and keep those seen at least `min_freq` times."""
+        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+            raise ValueError(f"min_freq must be a positive int, got {min_freq!r}")
+        counts = Counter(token for text in texts for token in tokenize(text))
+        kept = [t for t, n in counts.items() if n >= min_freq and t not in cls.SPECIALS]
+        kept.sort(key=lambda t: (-counts[t], t))
+        return cls(kept)
+
+    @property
+    def pad_id(self) -> int:
+        return self.stoi[self.PAD]
+
+    @property
+    def bos_id(self) -> int:
+        return self.stoi[self.BOS]
+
+    @property
+    def eos_id(self) -> int:
+        return self.stoi[self.EOS]
+
+    @property
+    def unk_id(self) -> int:
+        return self.stoi[self.UNK]
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self.stoi
+
+    def __repr__(self) -> str:
+        return f"Vocab(size={len(self)})"
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """Token ids of `text`; unknown words map to `unk_id`."""
+        ids = [self.stoi.get(token, self.unk_id) for token in tokenize(text)]
+        return [self.bos_id] * add_bos + ids + [self.eos_id] * add_eos
+
+    def decode(self, ids: Iterable[int] | Tensor, skip_special: bool = True) -> str:
+        """The tokens of `ids` joined by spaces; `<pad>`, `<bos>`, `<eos>` dropped if asked.
+
+        `<unk>` is always kept (it stands for a word, so dropping it would lose a position).
+        """
+        if isinstance(ids, Tensor):
+            ids = ids.tolist()
+        skip = {self.pad_id, self.bos_id, self.eos_id} if skip_special else set()
+        tokens = []
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self):
+                raise ValueError(f"ids must be ints in [0, {len(self)}), got {i!r}")
+            if i not in skip:
+                tokens.append(self.itos[i])
+        return " ".join(tokens)
+
+
+class TokenEmbedding(nn.Module):
+    """Token lookup scaled by √d_model: `tokens (B, S)` int -> `(B, S, d_model)`.
+
+    The lookup `weight[tokens]` is the same as `one_hot(tokens) @ weight`, without building
+    the one-hot matrix.
+
+    `weight (vocab_size, d_model)` starts as N(0, 1/d_model): then `weight[t] * √d_model`
+    has unit variance, the same scale as the positional encoding it is added to (whose
+    entries are sines and cosines), and a tied output layer `x @ weightᵀ` gives logits of
+    unit variance for unit-variance `x`.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model: embedding width.
+        padding_idx: if given, that row starts at zero and gets no gradient.
+        scale: multiply by √d_model (the paper, section 3.4).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        padding_idx: int | None = None,
+        scale: bool = True,
+    ) -> None:
+        super().__init__()
+        for name, v in (("vocab_size", vocab_size), ("d_model", d_model)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if padding_idx is not None and not (
+            isinstance(padding_idx, int) and 0 <= padding_idx < vocab_size
+        ):
+            raise ValueError(f"padding_idx must be in [0, {vocab_size}), got {padding_idx!r}")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.padding_idx = padding_idx
+        self.scale = scale
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, mean=0.0, std=self.d_model**-0.5)
+        if self.padding_idx is not None:
+            with torch.no_grad():
+                self.weight[self.padding_idx].zero_()
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.vocab_size}, {self.d_model}, padding_idx={self.padding_idx}, "
+            f"scale={self.scale}"
+        )
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """`tokens (B, S)` integer ids in `[0, vocab_size)` -> `(B, S, d_model)`."""
+        if not isinstance(tokens, Tensor):
+            raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+        if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
+            raise ValueError(f"tokens must be an integer tensor of token ids, got {tokens.dtype}")
+        if tokens.numel() > 0:
+            lo, hi = int(tokens.min()), int(tokens.max())
+            if lo < 0 or hi >= self.vocab_size:
+                raise ValueError(
+                    f"token ids must be in [0, {self.vocab_size}) for vocab_size "
+                    f"{self.vocab_size}, got ids in [{lo}, {hi}]"
+                )
+        x = F.embedding(tokens, self.weight, padding_idx=self.padding_idx)
+        return x * math.sqrt(self.d_model) if self.scale else x
+
+
+def tie_weights(target: nn.Module, source: nn.Module) -> None:
+    """Make `target.weight` the *same* Parameter as `source.weight` (shared, not copied).
+
+    E.g. `tie_weights(generator, embedding)` with `generator = nn.Linear(d_model, vocab_size)`
+    (weight `(vocab_size, d_model)`) and a `TokenEmbedding(vocab_size, d_model)`: one matrix,
+    one gradient, one optimiser update (the paper, section 3.4).
+    """
+    for name, m in (("target", target), ("source", source)):
+        if not isinstance(getattr(m, "weight", None), nn.Parameter):
+            raise ValueError(f"{name} must have a `weight` Parameter, got {type(m).__name__}")
+    if target.weight.shape != source.weight.shape:
+        raise ValueError(
+            f"cannot tie weights of different shapes: target {tuple(target.weight.shape)}, "
+            f"source {tuple(source.weight.shape)}"
+        )
+    target.weight = source.weight
+
+
+def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
+    r"""The paper's positional encoding, `(max_len, d_model)`:
+
+    PE(p, 2i) = sin(p / 10000^(2i / d_model)),  PE(p, 2i+1) = cos(p / 10000^(2i / d_model)).
+
+    Pair i is a point rotating at angular frequency ω_i = 10000^(-2i/d_model), so
+    PE(p + k) is PE(p) rotated pair by pair by the angles k·ω_i (a fixed map R_k).
+    Computed in float64, returned in the default dtype.
+    """
+    for name, v in (("max_len", max_len), ("d_model", d_model)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if d_model % 2 != 0:
+        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d_model / 2,)
+    angle = position / 10000 ** (two_i / d_model)  # (max_len, d_model / 2)
+    pe = torch.empty(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.to(torch.get_default_dtype())
+
+
+def _check_positions(x: Tensor, d_model: int, max_len: int) -> None:
+    if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a 3-D tensor (batch, seq, d_model={d_model}), got {shape}")
+    if x.shape[1] > max_len:
+        raise ValueError(f"sequence length {x.shape[1]} exceeds max_len {max_len}")
+
+
+def _check_max_len_dropout(max_len: int, dropout: float) -> None:
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """`x (B, S, d_model)` -> `dropout(x + PE[:S])`, PE from `sinusoidal_encoding`.
+
+    The paper applies dropout to the sums of the embeddings and the positional encodings
+    (section 5.4), so the dropout lives here. `pe` is a non-persistent buffer: it moves with
+    `.to(device)` but is not saved in the state dict (it is recomputed, not learned).
+    """
+
+    pe: Tensor
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
+        super().__init__()
+        _check_max_len_dropout(max_len, dropout)
+        self.d_model = d_model
+        self.max_len = max_len
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """`x (B, S, d_model)`, `S <= max_len` -> `(B, S, d_model)`."""
+        _check_positions(x, self.d_model, self.max_len)
+        return self.dropout(x + self.pe[: x.shape[1]].to(x.dtype))
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """Like `SinusoidalPositionalEncoding`, with a learned table `nn.Embedding(max_len, d_model)`.
+
+    The paper found learned positions "nearly identical" to sinusoids (Table 3, row E); they
+    cannot go beyond `max_len`. The table starts as N(0, 0.02²), as GPT-2 does.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
+        super().__init__()
+        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
+            raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+        _check_max_len_dropout(max_len, dropout)
+        self.d_model = d_model
+        self.max_len = max_len
+        self.embedding = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """`x (B, S, d_model)`, `S <= max_len` -> `(B, S, d_model)`."""
+        _check_positions(x, self.d_model, self.max_len)
+        return self.dropout(x + self.embedding.weight[: x.shape[1]])

@@ -1,0 +1,456 @@
+"""The building blocks of one Transformer layer (notebooks 06-08).
+
+- `FeedForward`         the position-wise feed-forward network, FFN(x) = max(0, xW1 + b1)W2 + b2
+- `LayerNorm`           layer normalisation with the *biased* variance, as `nn.LayerNorm`
+- `SublayerConnection`  residual + dropout + LayerNorm around any sublayer, post- or pre-norm
+- `EncoderLayer`        self-attention and FFN, each wrapped in a `SublayerConnection`
+- `DecoderLayer`        masked self-attention, cross-attention and FFN, each wrapped likewise
+- `copy_to_torch_encoder_layer`, `copy_to_torch_decoder_layer`: copy our weights into
+  `nn.TransformerEncoderLayer` / `nn.TransformerDecoderLayer` for parity checks.
+
+Shapes are batch first: `x` is `(batch, seq, d_model)`. Masks are boolean with `True` = may
+attend, broadcastable to `(batch, heads, queries, keys)` (build them with `utils.masks`).
+
+Planned seam for Part III (incremental decoding, notebook 11): a key/value cache will be
+threaded through as an extra keyword argument `cache=None` of `DecoderLayer.forward` that is
+passed on to `MultiHeadAttention`; the sublayer closures below already hand the attention
+call its arguments, so neither `SublayerConnection` nor the layer structure has to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from utils.attention import MultiHeadAttention, copy_to_torch_mha
+
+__all__ = [
+    "FeedForward",
+    "LayerNorm",
+    "SublayerConnection",
+    "EncoderLayer",
+    "DecoderLayer",
+    "copy_to_torch_encoder_layer",
+    "copy_to_torch_decoder_layer",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers (shared with `utils.model`)
+# --------------------------------------------------------------------------------------------
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    """Raise `ValueError` unless `value` is a positive `int` (booleans are not sizes)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_optional_positive_int(name: str, value: object) -> None:
+    if value is not None:
+        _check_positive_int(name, value)
+
+
+def _check_dropout(value: object, name: str = "dropout") -> None:
+    """Raise `ValueError` unless `value` is a probability in [0, 1)."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0.0 <= float(value) < 1.0
+    ):
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+
+
+def _check_positive_float(name: str, value: object) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not float(value) > 0.0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def _check_features(name: str, x: Tensor, d_model: int, ndim: int | None = 3) -> None:
+    """Raise `ValueError` unless `x` is a tensor with `ndim` dims whose last dim is `d_model`."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(
+            f"{name} must have {ndim} dims (batch, seq, d_model={d_model}), "
+            f"got shape {tuple(x.shape)}"
+        )
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} must have last dim d_model={d_model}, got shape {tuple(x.shape)}")
+
+
+# --------------------------------------------------------------------------------------------
+# position-wise feed-forward network (paper, section 3.3)
+# --------------------------------------------------------------------------------------------
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2).
+
+    The same two linear maps act on every position independently (equivalently: two
+    convolutions with kernel size 1). Dropout is applied to the hidden activations, after the
+    ReLU. The paper is silent on this dropout; Tensor2Tensor calls it `relu_dropout` and
+    PyTorch's `nn.TransformerEncoderLayer` applies it at the same place, so we match both.
+
+    Args:
+        d_model: width of the input and output (512 in the base model).
+        d_ff: width of the hidden layer (2048 in the base model).
+        dropout: dropout probability on the hidden activations.
+
+    Shapes:
+        x: `(..., d_model)`, usually `(batch, seq, d_model)` -> `(..., d_model)`;
+        hidden activations are `(..., d_ff)`.
+
+    Attributes:
+        linear1: `nn.Linear(d_model, d_ff)`, weight `(d_ff, d_model)` = W1ᵀ.
+        linear2: `nn.Linear(d_ff, d_model)`, weight `(d_model, d_ff)` = W2ᵀ.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("d_ff", d_ff)
+        _check_dropout(dropout)
+        self.d_model = d_model
+        self.d_ff = d_ff
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.activation = nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """`(..., d_model)` -> `(..., d_model)`."""
+        _check_features("x", x, self.d_model, ndim=None)
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+# --------------------------------------------------------------------------------------------
+# layer normalisation (Ba et al., 2016)
+# --------------------------------------------------------------------------------------------
+
+
+class LayerNorm(nn.Module):
+    """Layer normalisation over the last dimension, with a learned gain and bias.
+
+    For each position, with μ and σ² the mean and the *biased* variance (divide by d_model,
+    not d_model - 1) of its d_model features:
+
+        LayerNorm(x) = weight ⊙ (x - μ) / sqrt(σ² + eps) + bias
+
+    `eps` sits *inside* the square root. Both details match `nn.LayerNorm` (values and
+    gradients); the unbiased `std` and `std + eps` used by some tutorials do not.
+
+    Args:
+        d_model: number of features normalised together.
+        eps: added to the variance for numerical stability.
+
+    Shapes:
+        x: `(..., d_model)` -> `(..., d_model)`.
+
+    Attributes:
+        weight: the gain, `(d_model,)`, initialised to ones.
+        bias: `(d_model,)`, initialised to zeros.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_float("eps", eps)
+        self.d_model = d_model
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Gain to ones, bias to zeros: at initialisation LayerNorm only standardises."""
+        self.weight.fill_(1.0)
+        self.bias.zero_()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """`(..., d_model)` -> `(..., d_model)`."""
+        _check_features("x", x, self.d_model, ndim=None)
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d_model
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+# --------------------------------------------------------------------------------------------
+# residual connection around a sublayer (paper, section 5.4 "Residual Dropout")
+# --------------------------------------------------------------------------------------------
+
+
+class SublayerConnection(nn.Module):
+    """Residual connection, dropout and LayerNorm around a sublayer.
+
+    - post-norm (the paper, `norm_first=False`): `norm(x + dropout(sublayer(x)))`;
+    - pre-norm (`norm_first=True`, Xiong et al. 2020): `x + dropout(sublayer(norm(x)))`.
+
+    The sublayer is passed to `forward` as a callable, so one wrapper serves
+    self-attention (`lambda y: attn(y, y, y, mask)`), cross-attention and the FFN.
+
+    Args:
+        d_model: feature width.
+        dropout: dropout probability applied to the sublayer's output before the residual sum.
+        norm_first: pre-norm when True, post-norm (the paper) when False.
+
+    Shapes:
+        x: `(batch, seq, d_model)`; `sublayer` must map it to the same shape.
+
+    Attributes:
+        norm: the `LayerNorm(d_model)`.
+    """
+
+    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_dropout(dropout)
+        if not isinstance(norm_first, bool):
+            raise ValueError(f"norm_first must be a bool, got {norm_first!r}")
+        self.d_model = d_model
+        self.norm_first = norm_first
+        self.norm = LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        """`x` `(..., d_model)` -> `(..., d_model)`."""
+        _check_features("x", x, self.d_model, ndim=None)
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+    def extra_repr(self) -> str:
+        return f"norm_first={self.norm_first}"
+
+
+# --------------------------------------------------------------------------------------------
+# encoder and decoder layers (paper, section 3.1 and figure 1)
+# --------------------------------------------------------------------------------------------
+
+
+class EncoderLayer(nn.Module):
+    """One encoder layer: self-attention, then the FFN, each in a `SublayerConnection`.
+
+    Dropout (as in the paper and `nn.TransformerEncoderLayer`) is applied to each sublayer's
+    output before the residual sum, to the FFN's hidden activations, and to the attention
+    weights (the paper does not mention the last one; PyTorch and Tensor2Tensor do it).
+
+    Args:
+        d_model, n_heads, d_ff: the paper's sizes.
+        dropout: the one dropout probability used at all three places above.
+        norm_first: pre-norm when True, post-norm (the paper) when False.
+        d_k, d_v: per-head query/key and value widths; default `d_model // n_heads`.
+
+    Shapes:
+        x: `(batch, S, d_model)`; mask: boolean, `True` = may attend, broadcastable to
+        `(batch, n_heads, S, S)`, usually a padding mask `(batch, 1, 1, S)`
+        -> `(batch, S, d_model)`.
+
+    Attributes:
+        self_attn: `MultiHeadAttention`.
+        ffn: `FeedForward`.
+        sublayers: `nn.ModuleList` of two `SublayerConnection`s, [self-attention, FFN];
+            `sublayers[i].norm` is PyTorch's `norm{i+1}`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ) -> None:
+        super().__init__()
+        _check_layer_config(d_model, n_heads, d_ff, dropout, d_k, d_v)
+        self.d_model = d_model
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(
+            SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
+        )
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """`(batch, S, d_model)` -> `(batch, S, d_model)`."""
+        _check_features("x", x, self.d_model)
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=mask))
+        return self.sublayers[1](x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """One decoder layer: masked self-attention, cross-attention, FFN, each in a sublayer.
+
+    Self-attention lets each target position look at earlier target positions (`tgt_mask`
+    makes it causal); cross-attention takes its queries from the decoder and its keys and
+    values from the encoder output `memory` (`memory_mask` hides source padding).
+    Incremental decoding (notebook 11) will add a `cache=None` keyword here and pass it to
+    both attentions; nothing else in the layer changes.
+
+    Args:
+        d_model, n_heads, d_ff: the paper's sizes.
+        dropout: dropout on sublayer outputs, FFN hidden activations and attention weights.
+        norm_first: pre-norm when True, post-norm (the paper) when False.
+        d_k, d_v: per-head query/key and value widths; default `d_model // n_heads`.
+
+    Shapes:
+        x: `(batch, T, d_model)`; memory: `(batch, S, d_model)`;
+        tgt_mask: broadcastable to `(batch, n_heads, T, T)`, usually `(batch, 1, T, T)`;
+        memory_mask: broadcastable to `(batch, n_heads, T, S)`, usually `(batch, 1, 1, S)`
+        -> `(batch, T, d_model)`.
+
+    Attributes:
+        self_attn, cross_attn: `MultiHeadAttention`.
+        ffn: `FeedForward`.
+        sublayers: `nn.ModuleList` of three `SublayerConnection`s, [self-attention,
+            cross-attention, FFN]; `sublayers[i].norm` is PyTorch's `norm{i+1}`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        d_k: int | None = None,
+        d_v: int | None = None,
+    ) -> None:
+        super().__init__()
+        _check_layer_config(d_model, n_heads, d_ff, dropout, d_k, d_v)
+        self.d_model = d_model
+        self.norm_first = norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.sublayers = nn.ModuleList(
+            SublayerConnection(d_model, dropout, norm_first) for _ in range(3)
+        )
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
+        """`x` `(batch, T, d_model)`, `memory` `(batch, S, d_model)` -> `(batch, T, d_model)`."""
+        _check_features("x", x, self.d_model)
+        _check_memory(x, memory, self.d_model)
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=tgt_mask))
+        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, mask=memory_mask))
+        return self.sublayers[2](x, self.ffn)
+
+
+def _check_layer_config(
+    d_model: object,
+    n_heads: object,
+    d_ff: object,
+    dropout: object,
+    d_k: object,
+    d_v: object,
+) -> None:
+    _check_positive_int("d_model", d_model)
+    _check_positive_int("n_heads", n_heads)
+    _check_positive_int("d_ff", d_ff)
+    _check_dropout(dropout)
+    _check_optional_positive_int("d_k", d_k)
+    _check_optional_positive_int("d_v", d_v)
+    if (d_k is None or d_v is None) and d_model % n_heads != 0:  # type: ignore[operator]
+        raise ValueError(
+            f"n_heads={n_heads} must divide d_model={d_model} when d_k or d_v is not given"
+        )
+
+
+def _check_memory(x: Tensor, memory: Tensor, d_model: int) -> None:
+    _check_features("memory", memory, d_model)
+    if memory.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"memory batch size must equal x's ({x.shape[0]}), got memory shape "
+            f"{tuple(memory.shape)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# weight copiers for parity with torch.nn
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _copy_param(name: str, dst: Tensor, src: Tensor) -> None:
+    if dst.shape != src.shape:
+        raise ValueError(
+            f"cannot copy {name}: ours has shape {tuple(src.shape)}, "
+            f"theirs has shape {tuple(dst.shape)}"
+        )
+    dst.copy_(src)
+
+
+def _copy_linear(name: str, ours: nn.Linear, theirs: nn.Linear) -> None:
+    _copy_param(f"{name}.weight", theirs.weight, ours.weight)
+    _copy_param(f"{name}.bias", theirs.bias, ours.bias)
+
+
+def _copy_norm(name: str, ours: LayerNorm, theirs: nn.LayerNorm) -> None:
+    if theirs.weight is None or theirs.bias is None:
+        raise ValueError(f"cannot copy {name}: the nn.LayerNorm has no affine parameters")
+    if abs(theirs.eps - ours.eps) > 0.0:
+        raise ValueError(f"cannot copy {name}: ours has eps={ours.eps}, theirs eps={theirs.eps}")
+    _copy_param(f"{name}.weight", theirs.weight, ours.weight)
+    _copy_param(f"{name}.bias", theirs.bias, ours.bias)
+
+
+def _check_torch_layer(
+    ours: EncoderLayer | DecoderLayer,
+    theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
+) -> None:
+    if theirs.norm_first != ours.norm_first:
+        raise ValueError(
+            f"norm_first differs: ours has {ours.norm_first}, theirs has {theirs.norm_first}"
+        )
+    if getattr(theirs, "activation_relu_or_gelu", 1) != 1:
+        raise ValueError("theirs must use activation='relu' like our FeedForward")
+    if not theirs.self_attn.batch_first:
+        raise ValueError("theirs must be built with batch_first=True, as our layers are")
+
+
+@torch.no_grad()
+def copy_to_torch_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncoderLayer) -> None:
+    """Copy our encoder layer's weights into `nn.TransformerEncoderLayer` (in place).
+
+    `theirs` must be built with the same `d_model`, `nhead`, `dim_feedforward`,
+    `norm_first`, `activation="relu"` and `batch_first=True`; PyTorch has no d_k ≠
+    d_model / n_heads. Mapping: `self_attn` -> `self_attn` (via `copy_to_torch_mha`),
+    `ffn.linear1/2` -> `linear1/2`, `sublayers[i].norm` -> `norm{i+1}`. Dropout is not a
+    weight: compare in `eval()` mode.
+    """
+    _check_torch_layer(ours, theirs)
+    copy_to_torch_mha(ours.self_attn, theirs.self_attn)
+    _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
+    _copy_linear("ffn.linear2", ours.ffn.linear2, theirs.linear2)
+    _copy_norm("sublayers[0].norm", ours.sublayers[0].norm, theirs.norm1)
+    _copy_norm("sublayers[1].norm", ours.sublayers[1].norm, theirs.norm2)
+
+
+@torch.no_grad()
+def copy_to_torch_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -> None:
+    """Copy our decoder layer's weights into `nn.TransformerDecoderLayer` (in place).
+
+    Same requirements as `copy_to_torch_encoder_layer`. Mapping: `self_attn` ->
+    `self_attn`, `cross_attn` -> `multihead_attn`, `ffn.linear1/2` -> `linear1/2`,
+    `sublayers[i].norm` -> `norm{i+1}`.
+    """
+    _check_torch_layer(ours, theirs)
+    copy_to_torch_mha(ours.self_attn, theirs.self_attn)
+    copy_to_torch_mha(ours.cross_attn, theirs.multihead_attn)
+    _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
+    _copy_linear("ffn.linear2", ours.ffn.linear2, theirs.linear2)
+    for i in range(3):
+        _copy_norm(f"sublayers[{i}].norm", ours.sublayers[i].norm, getattr(theirs, f"norm{i + 1}"))

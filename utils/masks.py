@@ -1,0 +1,121 @@
+"""Padding and causal masks (notebook 04).
+
+Every mask here is boolean with `True` = may attend, and broadcasts to
+`(batch, heads, queries, keys)`:
+
+- `padding_mask(tokens, pad_id)`   `(B, 1, 1, S)`: keys that are real tokens;
+- `causal_mask(size)`              `(size, size)`: query i may attend keys j <= i;
+- `target_mask(tokens, pad_id)`    `(B, 1, T, T)`: both, for decoder self-attention;
+- `combine_masks(*masks)`          logical AND with checked broadcasting.
+
+PyTorch's `nn.MultiheadAttention` and `nn.Transformer*` use the opposite convention for
+bool masks (True = *not* allowed); `to_torch_attn_mask` and `to_torch_key_padding_mask`
+flip ours into theirs. (`torch.nn.functional.scaled_dot_product_attention` uses ours.)
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "padding_mask",
+    "causal_mask",
+    "combine_masks",
+    "target_mask",
+    "to_torch_attn_mask",
+    "to_torch_key_padding_mask",
+]
+
+
+def _check_tokens(tokens: Tensor) -> None:
+    if not isinstance(tokens, Tensor):
+        raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    if tokens.dim() != 2:
+        raise ValueError(f"tokens must be 2-D (batch, seq), got shape {tuple(tokens.shape)}")
+    if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
+        raise ValueError(f"tokens must be an integer tensor of token ids, got {tokens.dtype}")
+
+
+def _check_bool(mask: Tensor, name: str = "mask") -> None:
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of dtype bool, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {mask.dtype}")
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Keys that are real tokens: `tokens (B, S)` -> bool `(B, 1, 1, S)`, True where != pad_id.
+
+    The two singleton dims broadcast over heads and queries: every query may look at every
+    real key. Padded *query* rows still produce outputs; the loss ignores them.
+    """
+    _check_tokens(tokens)
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int):
+        raise ValueError(f"pad_id must be an int, got {pad_id!r}")
+    return (tokens != pad_id)[:, None, None, :]
+
+
+def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
+    """No peeking: bool `(size, size)`, lower-triangular; query i may attend keys j <= i."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive int, got {size!r}")
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Logical AND of bool masks with broadcasting; `None` entries are ignored.
+
+    Returns `None` when every mask is `None` (no masking). The result's shape is the
+    broadcast of the inputs' shapes, e.g. `(B, 1, 1, T)` & `(T, T)` -> `(B, 1, T, T)`.
+
+    Raises:
+        ValueError: a mask that is not bool, or shapes that do not broadcast together.
+    """
+    present = [m for m in masks if m is not None]
+    for i, m in enumerate(present):
+        _check_bool(m, f"mask {i}")
+    if not present:
+        return None
+    try:
+        torch.broadcast_shapes(*(m.shape for m in present))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(m.shape)) for m in present)
+        raise ValueError(
+            f"masks must broadcast together (each dim equal or 1, aligned from the right), "
+            f"got shapes {shapes}"
+        ) from None
+    return reduce(torch.logical_and, present)
+
+
+def target_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """Decoder self-attention mask: padding & causal, `tokens (B, T)` -> bool `(B, 1, T, T)`."""
+    pad = padding_mask(tokens, pad_id)  # validates tokens
+    return combine_masks(pad, causal_mask(tokens.shape[1], device=tokens.device))
+
+
+def to_torch_attn_mask(mask: Tensor) -> Tensor:
+    """Flip our mask (True = may attend) into PyTorch's module convention (True = masked).
+
+    For `attn_mask` of `nn.MultiheadAttention` / `nn.Transformer*`, which expects a 2-D
+    `(T, S)` or 3-D `(B*h, T, S)` mask. (`F.scaled_dot_product_attention` needs no flip.)
+    """
+    _check_bool(mask)
+    return ~mask
+
+
+def to_torch_key_padding_mask(mask: Tensor) -> Tensor:
+    """Our padding mask `(B, 1, 1, S)` or `(B, S)` -> PyTorch's `key_padding_mask` `(B, S)`.
+
+    PyTorch's `key_padding_mask` marks the keys to *ignore* (True = pad), so this flips too.
+    """
+    _check_bool(mask)
+    if mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1:
+        mask = mask[:, 0, 0, :]
+    if mask.dim() != 2:
+        raise ValueError(
+            f"expected a padding mask of shape (B, 1, 1, S) or (B, S), got {tuple(mask.shape)}"
+        )
+    return ~mask

@@ -1,0 +1,622 @@
+"""The whole Transformer: config, encoder, decoder, generator (notebook 09).
+
+- `TransformerConfig`  frozen hyper-parameters with the paper's names; presets `base`, `big`
+- `Encoder`, `Decoder` stacks of N layers (plus a final LayerNorm when pre-norm)
+- `Generator`          the pre-softmax linear map to vocabulary logits
+- `Transformer`        embeddings + encoder + decoder + generator; `encode` / `decode` / `forward`
+- `count_parameters`, `parameter_breakdown`, `transformer_parameter_count`: measured vs
+  symbolic parameter counts (the paper's Table 3)
+- `copy_to_torch_encoder`, `copy_to_torch_decoder`, `copy_to_torch_transformer`: copy our
+  weights into `nn.TransformerEncoder`, `nn.TransformerDecoder`, `nn.Transformer`.
+
+Shapes are batch first: token ids `(batch, seq)`, hidden states `(batch, seq, d_model)`,
+logits `(batch, seq, vocab)`. Masks are boolean with `True` = may attend.
+
+Seam for Part III (notebook 11): decoding calls `encode` once and `decode` once per step;
+greedy and beam search need nothing else, and a key/value cache will be an extra keyword
+argument of `decode` threaded through `Decoder` to each `DecoderLayer`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from utils.embeddings import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    tie_weights,
+)
+from utils.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerNorm,
+    _check_dropout,
+    _check_features,
+    _check_memory,
+    _check_optional_positive_int,
+    _check_positive_int,
+    _copy_norm,
+    copy_to_torch_decoder_layer,
+    copy_to_torch_encoder_layer,
+)
+from utils.masks import padding_mask, target_mask
+
+__all__ = [
+    "TransformerConfig",
+    "Encoder",
+    "Decoder",
+    "Generator",
+    "Transformer",
+    "count_parameters",
+    "parameter_breakdown",
+    "transformer_parameter_count",
+    "copy_to_torch_encoder",
+    "copy_to_torch_decoder",
+    "copy_to_torch_transformer",
+]
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
+
+
+# --------------------------------------------------------------------------------------------
+# configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of an encoder-decoder Transformer, with the paper's names.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes of source and target.
+        d_model: model width (512 base, 1024 big).
+        n_heads: number of attention heads h (8 base, 16 big).
+        d_ff: inner width of the feed-forward network (2048 base, 4096 big).
+        n_layers: N, the number of layers of the encoder and, separately, of the decoder.
+        dropout: P_drop, used on embeddings+positions, sublayer outputs, FFN hidden
+            activations and attention weights.
+        d_k, d_v: per-head query/key and value widths; `None` means `d_model // n_heads`
+            (use the properties `key_dim`, `value_dim` for the resolved numbers). Kept as
+            `None` rather than filled in, so `dataclasses.replace(cfg, d_model=...)` stays
+            consistent.
+        max_len: longest sequence the positional encoding accepts.
+        norm_first: pre-norm layers (+ final LayerNorms) instead of the paper's post-norm.
+        share_embeddings: three-way weight tying (section 3.4): one matrix for the source
+            embedding, the target embedding and the generator. Needs one shared vocabulary.
+        positional: "sinusoidal" (the paper) or "learned" (Table 3, row E).
+        pad_id: the padding token id, used to build masks when none are given.
+
+    Raises:
+        ValueError: for any inconsistent or out-of-range value, naming it.
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6
+    dropout: float = 0.1
+    d_k: int | None = None
+    d_v: int | None = None
+    max_len: int = 5000
+    norm_first: bool = False
+    share_embeddings: bool = False
+    positional: str = "sinusoidal"
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff"):
+            _check_positive_int(name, getattr(self, name))
+        _check_positive_int("n_layers", self.n_layers)
+        _check_positive_int("max_len", self.max_len)
+        _check_optional_positive_int("d_k", self.d_k)
+        _check_optional_positive_int("d_v", self.d_v)
+        _check_dropout(self.dropout)
+        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_k or d_v "
+                f"is not given (they default to d_model // n_heads)"
+            )
+        for name in ("norm_first", "share_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.positional not in POSITIONAL_ENCODINGS:
+            raise ValueError(
+                f"positional must be one of {POSITIONAL_ENCODINGS}, got {self.positional!r}"
+            )
+        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
+            raise ValueError(
+                f"sinusoidal positional encoding needs an even d_model, got {self.d_model}"
+            )
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                f"share_embeddings=True needs one vocabulary, but src_vocab_size="
+                f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
+            )
+        if (
+            not isinstance(self.pad_id, int)
+            or isinstance(self.pad_id, bool)
+            or not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size)
+        ):
+            raise ValueError(
+                f"pad_id must be an int in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}) "
+                f"(a valid id in both vocabularies), got {self.pad_id!r}"
+            )
+
+    @property
+    def key_dim(self) -> int:
+        """d_k, the per-head query/key width: `d_k` if given, else `d_model // n_heads`."""
+        return self.d_model // self.n_heads if self.d_k is None else self.d_k
+
+    @property
+    def value_dim(self) -> int:
+        """d_v, the per-head value width: `d_v` if given, else `d_model // n_heads`."""
+        return self.d_model // self.n_heads if self.d_v is None else self.d_v
+
+    def replace(self, **changes: Any) -> TransformerConfig:
+        """A copy with some fields changed (validated again), e.g. `cfg.replace(n_layers=2)`."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def base(
+        cls, src_vocab_size: int = 37000, tgt_vocab_size: int | None = None, **overrides: Any
+    ) -> TransformerConfig:
+        """The paper's base model: d_model 512, h 8, d_ff 2048, N 6, P_drop 0.1.
+
+        `tgt_vocab_size` defaults to `src_vocab_size`; with one vocabulary the embeddings are
+        shared (as in the paper's 37000-token English-German BPE vocabulary) unless
+        `share_embeddings=False` is passed.
+        """
+        return cls._preset(
+            src_vocab_size,
+            tgt_vocab_size,
+            {"d_model": 512, "n_heads": 8, "d_ff": 2048, "n_layers": 6, "dropout": 0.1},
+            overrides,
+        )
+
+    @classmethod
+    def big(
+        cls, src_vocab_size: int = 37000, tgt_vocab_size: int | None = None, **overrides: Any
+    ) -> TransformerConfig:
+        """The paper's big model: d_model 1024, h 16, d_ff 4096, N 6, P_drop 0.3.
+
+        (The paper used P_drop 0.1 for big English-French.) Vocabulary handling as `base`.
+        """
+        return cls._preset(
+            src_vocab_size,
+            tgt_vocab_size,
+            {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "n_layers": 6, "dropout": 0.3},
+            overrides,
+        )
+
+    @classmethod
+    def _preset(
+        cls,
+        src_vocab_size: int,
+        tgt_vocab_size: int | None,
+        sizes: dict[str, Any],
+        overrides: dict[str, Any],
+    ) -> TransformerConfig:
+        tgt_vocab_size = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
+        fields = {"share_embeddings": src_vocab_size == tgt_vocab_size, **sizes, **overrides}
+        return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **fields)
+
+
+def _check_config(config: object) -> None:
+    if not isinstance(config, TransformerConfig):
+        raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
+
+
+# --------------------------------------------------------------------------------------------
+# stacks
+# --------------------------------------------------------------------------------------------
+
+
+class Encoder(nn.Module):
+    """N `EncoderLayer`s; with pre-norm (`config.norm_first`) a final `LayerNorm` follows.
+
+    Pre-norm layers leave their residual stream un-normalised, so the stack ends with a
+    LayerNorm (as `nn.TransformerEncoder(..., norm=LayerNorm)`); post-norm layers already
+    end in one, and the paper has no extra norm, so then `norm` is `None`.
+
+    Shapes:
+        x: `(batch, S, d_model)`; mask: bool, `True` = may attend, broadcastable to
+        `(batch, n_heads, S, S)`, usually `(batch, 1, 1, S)` -> `(batch, S, d_model)`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        _check_config(config)
+        self.d_model = config.d_model
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                config.d_model,
+                config.n_heads,
+                config.d_ff,
+                dropout=config.dropout,
+                norm_first=config.norm_first,
+                d_k=config.d_k,
+                d_v=config.d_v,
+            )
+            for _ in range(config.n_layers)
+        )
+        self.norm = LayerNorm(config.d_model) if config.norm_first else None
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """`(batch, S, d_model)` -> `(batch, S, d_model)`."""
+        _check_features("x", x, self.d_model)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(nn.Module):
+    """N `DecoderLayer`s; with pre-norm a final `LayerNorm` follows (see `Encoder`).
+
+    Shapes:
+        x: `(batch, T, d_model)`; memory: `(batch, S, d_model)`;
+        tgt_mask: broadcastable to `(batch, n_heads, T, T)`, usually `(batch, 1, T, T)`;
+        memory_mask: broadcastable to `(batch, n_heads, T, S)`, usually `(batch, 1, 1, S)`
+        -> `(batch, T, d_model)`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        _check_config(config)
+        self.d_model = config.d_model
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                config.d_model,
+                config.n_heads,
+                config.d_ff,
+                dropout=config.dropout,
+                norm_first=config.norm_first,
+                d_k=config.d_k,
+                d_v=config.d_v,
+            )
+            for _ in range(config.n_layers)
+        )
+        self.norm = LayerNorm(config.d_model) if config.norm_first else None
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
+        """`x (batch, T, d_model)`, `memory (batch, S, d_model)` -> `(batch, T, d_model)`."""
+        _check_features("x", x, self.d_model)
+        _check_memory(x, memory, self.d_model)
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Generator(nn.Module):
+    """The pre-softmax linear map: hidden `(batch, T, d_model)` -> logits `(batch, T, vocab)`.
+
+    It returns *logits*, not probabilities or log-probabilities: the loss
+    (`nn.CrossEntropyLoss`, or label smoothing in notebook 10) applies `log_softmax` itself,
+    fused and numerically stable, and applying it here too would silently compute the wrong
+    loss; greedy and beam search need only `log_softmax(logits)` or `argmax`, and sampling
+    divides logits by a temperature first.
+
+    Attributes:
+        proj: `nn.Linear(d_model, vocab_size)`; its weight `(vocab_size, d_model)` has the
+            shape of an embedding matrix, so it can be tied to one.
+    """
+
+    def __init__(self, d_model: int, vocab_size: int) -> None:
+        super().__init__()
+        _check_positive_int("d_model", d_model)
+        _check_positive_int("vocab_size", vocab_size)
+        self.d_model = d_model
+        self.proj = nn.Linear(d_model, vocab_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """`(..., d_model)` -> logits `(..., vocab_size)`."""
+        _check_features("x", x, self.d_model, ndim=None)
+        return self.proj(x)
+
+
+# --------------------------------------------------------------------------------------------
+# the Transformer
+# --------------------------------------------------------------------------------------------
+
+
+def _embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
+    positional = {
+        "sinusoidal": SinusoidalPositionalEncoding,
+        "learned": LearnedPositionalEncoding,
+    }[config.positional]
+    return nn.Sequential(
+        OrderedDict(
+            token=TokenEmbedding(vocab_size, config.d_model, padding_idx=config.pad_id),
+            position=positional(config.d_model, config.max_len, dropout=config.dropout),
+        )
+    )
+
+
+def _check_tokens(name: str, tokens: Tensor) -> None:
+    if not isinstance(tokens, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
+    if tokens.dim() != 2:
+        raise ValueError(
+            f"{name} must be 2-D (batch, seq) token ids, got shape {tuple(tokens.shape)}"
+        )
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need" (figure 1).
+
+    `forward(src, tgt)` = `generator(decode(tgt, encode(src)))`, with masks built from
+    `config.pad_id` when not given: a padding mask for the source (used by the encoder's
+    self-attention and the decoder's cross-attention) and padding & causal for the target.
+
+    Embeddings: `src_embed` and `tgt_embed` are `nn.Sequential(token=TokenEmbedding
+    (scaled by √d_model), position=positional encoding with dropout)`. With
+    `config.share_embeddings`, `tgt_embed.token.weight` and `generator.proj.weight` *are*
+    `src_embed.token.weight` (one Parameter, counted and initialised once). The pad row
+    starts at zero; the lookup gives it no gradient, but a tied generator does (the pad
+    logit is part of every softmax), which is harmless: padded positions are masked.
+
+    Initialisation (`reset_parameters`, run once at construction):
+    - every other weight matrix (dim > 1: attention projections, FFN, an untied
+      generator) is Xavier-uniform, as in the Annotated Transformer and `nn.Transformer`;
+      it keeps activation variance roughly constant through each linear map;
+    - token embeddings are N(0, 1/d_model) (with the pad row zero): after the √d_model
+      scaling they have unit variance, the scale of the sinusoids they are added to, and a
+      tied generator gives logits of about unit variance for LayerNorm-ed inputs.
+      Xavier-uniform on a (37000 × 512) table would give std ≈ 0.007, so the scaled
+      embeddings (std ≈ 0.16) would be drowned by the positional signal;
+    - learned positional tables keep their module's N(0, 0.02²) init; biases and
+      LayerNorms keep PyTorch's defaults (LayerNorm gain 1, bias 0).
+
+    Shapes:
+        src: `(batch, S)` token ids; tgt: `(batch, T)` token ids;
+        src_mask: bool, broadcastable to `(batch, n_heads, S, S)` and `(batch, n_heads, T, S)`,
+            usually `(batch, 1, 1, S)`; tgt_mask: bool, `(batch, 1, T, T)` or `(T, T)`.
+        forward -> logits `(batch, T, tgt_vocab_size)`.
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        _check_config(config)
+        self.config = config
+        self.src_embed = _embedding(config, config.src_vocab_size)
+        self.tgt_embed = _embedding(config, config.tgt_vocab_size)
+        self.encoder = Encoder(config)
+        self.decoder = Decoder(config)
+        self.generator = Generator(config.d_model, config.tgt_vocab_size)
+        if config.share_embeddings:
+            tie_weights(self.tgt_embed.token, self.src_embed.token)
+            tie_weights(self.generator.proj, self.src_embed.token)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """(Re-)initialise every parameter as described in the class docstring."""
+        embedding_tables = {
+            id(p)
+            for embed in (self.src_embed, self.tgt_embed)
+            for p in embed.parameters()  # token tables and learned positional tables
+        }
+        for module in self.modules():
+            if isinstance(module, nn.Linear | LayerNorm):
+                module.reset_parameters()  # biases: PyTorch's defaults; LayerNorm: 1 and 0
+        for p in self.parameters():  # deduplicated: a tied matrix appears once
+            if p.dim() > 1 and id(p) not in embedding_tables:
+                nn.init.xavier_uniform_(p)
+        self.src_embed.token.reset_parameters()  # the shared matrix, when tied: once
+        if not self.config.share_embeddings:
+            self.tgt_embed.token.reset_parameters()
+        for embed in (self.src_embed, self.tgt_embed):
+            if isinstance(embed.position, LearnedPositionalEncoding):
+                nn.init.normal_(embed.position.embedding.weight, mean=0.0, std=0.02)
+
+    def make_src_mask(self, src: Tensor) -> Tensor:
+        """The default source mask: `src (batch, S)` -> padding mask `(batch, 1, 1, S)`."""
+        return padding_mask(src, self.config.pad_id)
+
+    def make_tgt_mask(self, tgt: Tensor) -> Tensor:
+        """The default target mask: `tgt (batch, T)` -> padding & causal `(batch, 1, T, T)`."""
+        return target_mask(tgt, self.config.pad_id)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Source ids `(batch, S)` -> memory `(batch, S, d_model)`.
+
+        `src_mask` defaults to `self.make_src_mask(src)` (padding).
+        """
+        _check_tokens("src", src)
+        if src_mask is None:
+            src_mask = self.make_src_mask(src)
+        return self.encoder(self.src_embed(src), src_mask)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Target ids `(batch, T)` and memory `(batch, S, d_model)` -> hidden `(batch, T, d_model)`.
+
+        `tgt_mask` defaults to `self.make_tgt_mask(tgt)` (padding & causal). `src_mask` hides
+        source padding from cross-attention; `decode` cannot rebuild it from `memory`, so
+        pass the mask used in `encode` (`forward` does). `None` lets every query attend
+        every memory position. Apply `generator` to get logits.
+        """
+        _check_tokens("tgt", tgt)
+        if tgt_mask is None:
+            tgt_mask = self.make_tgt_mask(tgt)
+        return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, src_mask)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Source ids `(batch, S)`, target ids `(batch, T)` -> logits `(batch, T, tgt_vocab)`.
+
+        `tgt` is the decoder input (the target shifted right, starting with BOS); logits at
+        position t predict target token t + 1. Masks default to those built from `pad_id`.
+        """
+        _check_tokens("src", src)
+        _check_tokens("tgt", tgt)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
+                f"and tgt {tuple(tgt.shape)}"
+            )
+        if src_mask is None:
+            src_mask = self.make_src_mask(src)
+        memory = self.encode(src, src_mask)
+        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
+
+
+# --------------------------------------------------------------------------------------------
+# parameter counts
+# --------------------------------------------------------------------------------------------
+
+
+def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
+    """The number of scalar parameters of `module`, each shared Parameter counted once.
+
+    `module.parameters()` already deduplicates by identity, so a matrix tied between the
+    embeddings and the generator is counted once (a copy would be counted twice). Buffers
+    such as the sinusoidal table are not parameters and are not counted.
+    """
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def parameter_breakdown(config: TransformerConfig) -> dict[str, int]:
+    """The symbolic parameter count of `Transformer(config)`, by part.
+
+    With d = d_model, h = n_heads, N = n_layers, V_s / V_t the vocabulary sizes:
+    - multi-head attention: W^Q, W^K (d × h·d_k), W^V (d × h·d_v), W^O (h·d_v × d) and
+      biases: 2·d·h·d_k + 2·d·h·d_v + 2·h·d_k + h·d_v + d (= 4d² + 4d when h·d_k = h·d_v = d);
+    - FFN: 2·d·d_ff + d_ff + d;   LayerNorm: 2d;
+    - encoder layer: attention + FFN + 2 LayerNorms; decoder layer: 2 attentions + FFN +
+      3 LayerNorms; pre-norm adds one final LayerNorm per stack;
+    - embeddings: V_s·d + V_t·d, or V·d once with sharing; learned positions add
+      max_len·d per side; the generator adds V_t·d (unless tied) + V_t (its bias).
+    """
+    _check_config(config)
+    d, h, dk, dv, dff = (
+        config.d_model,
+        config.n_heads,
+        config.key_dim,
+        config.value_dim,
+        config.d_ff,
+    )
+    attention = 2 * d * h * dk + 2 * d * h * dv + 2 * h * dk + h * dv + d
+    ffn = 2 * d * dff + dff + d
+    norm = 2 * d
+    final_norm = norm if config.norm_first else 0
+    shared = config.share_embeddings
+    positions = config.max_len * d if config.positional == "learned" else 0
+    return {
+        "src_embedding": config.src_vocab_size * d + positions,
+        "tgt_embedding": (0 if shared else config.tgt_vocab_size * d) + positions,
+        "encoder": config.n_layers * (attention + ffn + 2 * norm) + final_norm,
+        "decoder": config.n_layers * (2 * attention + ffn + 3 * norm) + final_norm,
+        "generator": (0 if shared else config.tgt_vocab_size * d) + config.tgt_vocab_size,
+    }
+
+
+def transformer_parameter_count(config: TransformerConfig) -> int:
+    """The symbolic total of `parameter_breakdown(config)`.
+
+    Equals `count_parameters(Transformer(config))` (the tests check it for several configs).
+    """
+    return sum(parameter_breakdown(config).values())
+
+
+# --------------------------------------------------------------------------------------------
+# weight copiers for parity with torch.nn
+# --------------------------------------------------------------------------------------------
+
+
+def _check_stack(name: str, ours: Encoder | Decoder, theirs: nn.Module) -> None:
+    if len(ours.layers) != len(theirs.layers):
+        raise ValueError(
+            f"{name}: ours has {len(ours.layers)} layers, theirs has {len(theirs.layers)}"
+        )
+    if (ours.norm is None) != (theirs.norm is None):
+        raise ValueError(
+            f"{name}: final norm differs: ours has {'none' if ours.norm is None else 'one'}, "
+            f"theirs has {'none' if theirs.norm is None else 'one'} (build theirs with "
+            f"norm=None for post-norm, norm=nn.LayerNorm(d_model) for pre-norm)"
+        )
+
+
+@torch.no_grad()
+def copy_to_torch_encoder(ours: Encoder, theirs: nn.TransformerEncoder) -> None:
+    """Copy our encoder stack into `nn.TransformerEncoder` (built with `batch_first=True`).
+
+    Our post-norm encoder has no final norm: build theirs with `norm=None`; our pre-norm
+    encoder has one: build theirs with `norm=nn.LayerNorm(d_model)`. A mismatch is an error.
+    """
+    _check_stack("encoder", ours, theirs)
+    for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
+        try:
+            copy_to_torch_encoder_layer(our_layer, their_layer)
+        except ValueError as error:
+            raise ValueError(f"encoder layer {i}: {error}") from None
+    if ours.norm is not None:
+        _copy_norm("encoder.norm", ours.norm, theirs.norm)
+
+
+@torch.no_grad()
+def copy_to_torch_decoder(ours: Decoder, theirs: nn.TransformerDecoder) -> None:
+    """Copy our decoder stack into `nn.TransformerDecoder` (built with `batch_first=True`).
+
+    Final norms as in `copy_to_torch_encoder`: `norm=None` for post-norm, a LayerNorm for
+    pre-norm.
+    """
+    _check_stack("decoder", ours, theirs)
+    for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
+        try:
+            copy_to_torch_decoder_layer(our_layer, their_layer)
+        except ValueError as error:
+            raise ValueError(f"decoder layer {i}: {error}") from None
+    if ours.norm is not None:
+        _copy_norm("decoder.norm", ours.norm, theirs.norm)
+
+
+@torch.no_grad()
+def copy_to_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> None:
+    """Copy our encoder and decoder stacks into `nn.Transformer` (in place).
+
+    `nn.Transformer` has no embeddings and no generator: feed it our embedded inputs
+    (`ours.src_embed(src)`, `ours.tgt_embed(tgt)`) and apply `ours.generator` to its output.
+
+    Final norms: `nn.Transformer` *always* ends its encoder and decoder with a LayerNorm,
+    even with `norm_first=False`, where each post-norm layer already ends in one; the paper
+    has no such extra norm and neither do we. A LayerNorm cannot be set to the identity
+    (with gain 1 and bias 0 it still rescales by 1/sqrt(1 + eps)), so for a post-norm model
+    this function *removes* them: `theirs.encoder.norm = theirs.decoder.norm = None`, which
+    `nn.TransformerEncoder/Decoder` support. For a pre-norm model both sides have final
+    norms and they are copied.
+    """
+    if not isinstance(ours, Transformer) or not isinstance(theirs, nn.Transformer):
+        raise ValueError(
+            f"expected (Transformer, nn.Transformer), got "
+            f"({type(ours).__name__}, {type(theirs).__name__})"
+        )
+    if not ours.config.norm_first:
+        theirs.encoder.norm = None
+        theirs.decoder.norm = None
+    copy_to_torch_encoder(ours.encoder, theirs.encoder)
+    copy_to_torch_decoder(ours.decoder, theirs.decoder)
