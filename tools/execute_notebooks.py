@@ -60,6 +60,7 @@ def execute(path: Path, timeout: int = 600) -> float:
         kernel_name="python3",
         record_timing=False,
         store_widget_state=False,
+        coalesce_streams=True,  # one stream output per cell, however the prints were timed
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute()

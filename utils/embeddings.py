@@ -140,7 +140,8 @@ class TokenEmbedding(nn.Module):
     Args:
         vocab_size: number of token ids.
         d_model: embedding width.
-        padding_idx: if given, that row starts at zero and gets no gradient.
+        padding_idx: if given, that row starts at zero and gets no gradient through the lookup
+            (a tied output layer still updates it: notebook 01).
         scale: multiply by √d_model (the paper, section 3.4).
     """
 

@@ -226,7 +226,7 @@ def plot_positional_encoding(
         xticklabels="auto",
         yticklabels="auto",
     )
-    ax.set_xlabel("dimension $i$")
+    ax.set_xlabel("dimension (column of PE)")
     ax.set_ylabel("position $p$")
     ax.tick_params(axis="y", labelrotation=0)
     if title:
