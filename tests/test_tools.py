@@ -111,3 +111,11 @@ def test_nbval_is_strict_about_printed_values(tmp_path, stored, verdict):
         cell.outputs = [new_output("stream", name="stdout", text=stored)]
     result = run_nbval(make_notebook(tmp_path / "nb.ipynb", [cell]))
     assert (result.returncode == 0) == (verdict == "pass"), result.stdout[-2000:]
+
+
+def test_readme_contents_link_every_notebook():
+    import re
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(notebooks/(\d\d_[\w-]+\.ipynb)\)", readme))
+    assert linked == {p.name for p in notebook_paths()}

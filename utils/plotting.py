@@ -68,6 +68,16 @@ def _check_labels(
     return labels
 
 
+def _tick_step(n: int, max_ticks: int = 10) -> int:
+    """A round label step (1, 2, 5, 10, 20, 50, ...) that gives at most `max_ticks` labels."""
+    step, factors = 1, (2, 2.5, 2)  # 1 -> 2 -> 5 -> 10 -> 20 -> 50 -> ...
+    i = 0
+    while -(-n // step) > max_ticks:
+        step = int(step * factors[i % 3])
+        i += 1
+    return step
+
+
 def _new_axes(ax: Axes | None, shape: tuple[int, int]) -> tuple[Figure, Axes]:
     if ax is not None:
         return ax.figure, ax
@@ -223,12 +233,13 @@ def plot_positional_encoding(
         vmax=limit,
         center=0.0,
         cbar=colorbar,
-        xticklabels="auto",
-        yticklabels="auto",
+        xticklabels=_tick_step(pe.shape[1]),
+        yticklabels=_tick_step(pe.shape[0]),
     )
     ax.set_xlabel("dimension (column of PE)")
     ax.set_ylabel("position $p$")
     ax.tick_params(axis="y", labelrotation=0)
+    ax.tick_params(axis="x", labelrotation=0)
     if title:
         ax.set_title(title)
     return fig, ax
