@@ -304,11 +304,11 @@ class Decoder(nn.Module):
 class Generator(nn.Module):
     """The pre-softmax linear map: hidden `(batch, T, d_model)` -> logits `(batch, T, vocab)`.
 
-    It returns *logits*, not probabilities or log-probabilities: the loss
-    (`nn.CrossEntropyLoss`, or label smoothing in notebook 10) applies `log_softmax` itself,
-    fused and numerically stable, and applying it here too would silently compute the wrong
-    loss; greedy and beam search need only `log_softmax(logits)` or `argmax`, and sampling
-    divides logits by a temperature first.
+    It returns *logits*, not probabilities: the loss (`nn.CrossEntropyLoss`, or label
+    smoothing in notebook 10) applies `log_softmax` itself, fused and numerically stable.
+    A softmax here would feed probabilities to a loss that expects logits and silently train
+    on the wrong objective (notebook 09, pitfalls); greedy and beam search need only
+    `log_softmax(logits)` or `argmax`, and sampling divides logits by a temperature first.
 
     Attributes:
         proj: `nn.Linear(d_model, vocab_size)`; its weight `(vocab_size, d_model)` has the
