@@ -220,6 +220,19 @@ def _check_config(config: object) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def _layer_args(config: TransformerConfig) -> dict[str, object]:
+    """The keyword arguments an `EncoderLayer` or `DecoderLayer` takes from the config."""
+    return {
+        "d_model": config.d_model,
+        "n_heads": config.n_heads,
+        "d_ff": config.d_ff,
+        "dropout": config.dropout,
+        "norm_first": config.norm_first,
+        "d_k": config.d_k,
+        "d_v": config.d_v,
+    }
+
+
 class Encoder(nn.Module):
     """N `EncoderLayer`s; with pre-norm (`config.norm_first`) a final `LayerNorm` follows.
 
@@ -236,18 +249,8 @@ class Encoder(nn.Module):
         super().__init__()
         _check_config(config)
         self.d_model = config.d_model
-        self.layers = nn.ModuleList(
-            EncoderLayer(
-                config.d_model,
-                config.n_heads,
-                config.d_ff,
-                dropout=config.dropout,
-                norm_first=config.norm_first,
-                d_k=config.d_k,
-                d_v=config.d_v,
-            )
-            for _ in range(config.n_layers)
-        )
+        layer_args = _layer_args(config)
+        self.layers = nn.ModuleList(EncoderLayer(**layer_args) for _ in range(config.n_layers))
         self.norm = LayerNorm(config.d_model) if config.norm_first else None
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -272,18 +275,8 @@ class Decoder(nn.Module):
         super().__init__()
         _check_config(config)
         self.d_model = config.d_model
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                config.d_model,
-                config.n_heads,
-                config.d_ff,
-                dropout=config.dropout,
-                norm_first=config.norm_first,
-                d_k=config.d_k,
-                d_v=config.d_v,
-            )
-            for _ in range(config.n_layers)
-        )
+        layer_args = _layer_args(config)
+        self.layers = nn.ModuleList(DecoderLayer(**layer_args) for _ in range(config.n_layers))
         self.norm = LayerNorm(config.d_model) if config.norm_first else None
 
     def forward(
