@@ -103,6 +103,11 @@ def to_torch_attn_mask(mask: Tensor) -> Tensor:
     `(T, S)` or 3-D `(B*h, T, S)` mask. (`F.scaled_dot_product_attention` needs no flip.)
     """
     _check_bool(mask)
+    if mask.dim() not in (2, 3):
+        raise ValueError(
+            f"nn.MultiheadAttention's attn_mask is (T, S) or (B*h, T, S), got shape "
+            f"{tuple(mask.shape)}; pass padding separately with to_torch_key_padding_mask"
+        )
     return ~mask
 
 
