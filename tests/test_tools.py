@@ -119,3 +119,31 @@ def test_readme_contents_link_every_notebook():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     linked = set(re.findall(r"\]\(notebooks/(\d\d_[\w-]+\.ipynb)\)", readme))
     assert linked == {p.name for p in notebook_paths()}
+
+
+def test_malformed_notebooks_and_empty_cells_are_reported_not_crashed_on(tmp_path):
+    bad = tmp_path / "list.ipynb"
+    bad.write_text("[]")
+    assert any("not a notebook" in p for p in check_notebook(bad))
+    cells = clean_cells() + [new_code_cell("")]
+    problems = check_notebook(make_notebook(tmp_path / "empty.ipynb", cells))
+    assert problems == [f"{tmp_path / 'empty.ipynb'}: cell 3: empty code cell (delete it)"]
+
+
+def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
+    import shutil
+
+    copy = tmp_path / "book"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "node_modules", ".venv"))
+    url = "https://github.com/someone/my-fork"
+    run = subprocess.run([sys.executable, "tools/set_repo_url.py", url], cwd=copy,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert f'REPO_URL = "{url}"' in (copy / "tools" / "book.py").read_text()
+    assert "someone/my-fork/blob/main/notebooks" in (copy / "README.md").read_text()
+    check = subprocess.run([sys.executable, "tools/check_notebooks.py"], cwd=copy,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout  # every setup cell now has the new address
+    again = subprocess.run([sys.executable, "tools/set_repo_url.py", "not-a-url"], cwd=copy,
+                           capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2

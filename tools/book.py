@@ -23,10 +23,13 @@ import sys
 REPO_URL = "{repo_url}"
 if "google.colab" in sys.modules:  # a Colab runtime starts without the book's files
     repo = pathlib.Path("/content/" + REPO_URL.rstrip("/").split("/")[-1])
-    if not repo.exists():
-        subprocess.run(["git", "clone", "-q", "--depth", "1", REPO_URL, str(repo)], check=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r",
-                        str(repo / "requirements-colab.txt")], check=True)
+    for command in ([] if repo.exists() else [
+        ["git", "clone", "-q", "--depth", "1", REPO_URL, str(repo)],
+        [sys.executable, "-m", "pip", "install", "-q", "-r", str(repo / "requirements-colab.txt")],
+    ]):
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:  # say why, instead of a bare CalledProcessError
+            raise RuntimeError(f"{' '.join(command)} failed:\\n{run.stderr}")
     import os
     os.chdir(repo / "notebooks")
 ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "utils").is_dir())
@@ -40,7 +43,7 @@ utils.setup(seed=0)'''
 
 def setup_cell(repo_url: str = REPO_URL) -> str:
     """The setup cell's source, exactly as every notebook carries it."""
-    return SETUP_CELL_TEMPLATE.format(repo_url=repo_url)
+    return SETUP_CELL_TEMPLATE.replace("{repo_url}", repo_url)
 
 
 def notebook_paths() -> list[Path]:

@@ -19,9 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tools.book import ROOT, notebook_paths, setup_cell  # noqa: E402
-
-FORBIDDEN_NOTEBOOK_KEYS = ("widgets", "colab", "papermill", "execution", "accelerator")
-FORBIDDEN_CELL_KEYS = ("execution", "ExecuteTime", "colab", "papermill", "outputId")
+from tools.execute_notebooks import (  # noqa: E402  (one list: what re-execution strips)
+    VOLATILE_CELL_KEYS,
+    VOLATILE_NOTEBOOK_KEYS,
+)
 
 
 def check_notebook(path: Path) -> list[str]:
@@ -34,31 +35,35 @@ def check_notebook(path: Path) -> list[str]:
         nb = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         return [f"{rel}: not a readable notebook ({exc})"]
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return [f"{rel}: not a notebook (expected a JSON object with a list of cells)"]
     problems: list[str] = []
     meta = nb.get("metadata", {})
     name = meta.get("kernelspec", {}).get("name")
     if name != "python3":
         problems.append(f"{rel}: kernelspec name is {name!r}, expected 'python3'")
     problems += [f"{rel}: notebook metadata has {key!r} (run tools/execute_notebooks.py)"
-                 for key in FORBIDDEN_NOTEBOOK_KEYS if key in meta]
+                 for key in VOLATILE_NOTEBOOK_KEYS if key in meta]
 
-    code_cells = [(i, c) for i, c in enumerate(nb.get("cells", [])) if c["cell_type"] == "code"]
+    code_cells = [(i, c) for i, c in enumerate(nb["cells"])
+                  if isinstance(c, dict) and c.get("cell_type") == "code"]
     if not code_cells:
         problems.append(f"{rel}: has no code cells")
         return problems
     first_index, first = code_cells[0]
-    if "".join(first["source"]) != setup_cell():
+    if "".join(first.get("source", "")) != setup_cell():
         problems.append(f"{rel}: cell {first_index}: the first code cell is not the book's setup "
                         "cell (copy it from tools/book.py)")
+    empty = {i for i, c in code_cells if not "".join(c.get("source", "")).strip()}
+    problems += [f"{rel}: cell {i}: empty code cell (delete it)" for i in sorted(empty)]
+    code_cells = [(i, c) for i, c in code_cells if i not in empty]  # never executed
     counts = [c.get("execution_count") for _, c in code_cells]
     if counts != list(range(1, len(code_cells) + 1)):
         problems.append(f"{rel}: execution counts are {counts}, expected 1..{len(code_cells)} "
                         "(a clean top-to-bottom run: tools/execute_notebooks.py)")
     for i, cell in code_cells:
-        if not "".join(cell["source"]).strip():
-            problems.append(f"{rel}: cell {i}: empty code cell")
         problems += [f"{rel}: cell {i}: metadata has {key!r}"
-                     for key in FORBIDDEN_CELL_KEYS if key in cell.get("metadata", {})]
+                     for key in VOLATILE_CELL_KEYS if key in cell.get("metadata", {})]
         tags = cell.get("metadata", {}).get("tags", [])
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error" and "raises-exception" not in tags:

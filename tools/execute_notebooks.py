@@ -26,7 +26,7 @@ from tools.book import NOTEBOOKS, notebook_paths  # noqa: E402
 # Metadata keys that record how or where a notebook ran rather than what it says.
 VOLATILE_NOTEBOOK_KEYS = ("widgets", "colab", "papermill", "execution", "toc", "vscode",
                           "accelerator", "gpuClass")
-VOLATILE_CELL_KEYS = ("execution", "ExecuteTime", "colab", "papermill", "id_", "outputId",
+VOLATILE_CELL_KEYS = ("execution", "ExecuteTime", "colab", "papermill", "outputId",
                       "collapsed", "scrolled", "pycharm")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 

@@ -45,6 +45,17 @@ def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float],
     ))
 
 
+def _residual(ax: Axes, cx: float, y_from: float, norm_box: tuple[float, float, float, float],
+              side: int) -> None:
+    """A residual connection as in the paper's figure: it branches off the main path at
+    `(cx, y_from)` (a dot), runs beside the sublayer and enters the "add & norm" box."""
+    x_side = cx + side * 1.72
+    y_to = (norm_box[1] + norm_box[3]) / 2
+    ax.plot([cx], [y_from], "o", color="#2d3748", ms=3, zorder=3)
+    ax.plot([cx, x_side, x_side], [y_from, y_from, y_to], color="#2d3748", lw=1.0, zorder=2)
+    _arrow(ax, (x_side, y_to), (norm_box[2] if side > 0 else norm_box[0], y_to))
+
+
 def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Figure, Axes]:
     """Draw the encoder-decoder Transformer of Vaswani et al. (2017), Figure 1's content.
 
@@ -80,16 +91,17 @@ def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Fi
     for cx, emb in ((ex, e_emb), (dx, d_emb)):
         _arrow(ax, (cx, 0.6), (cx, emb[1]))
         ax.text(cx, 2.12, "⊕", ha="center", va="center", fontsize=16)
-        ax.text(cx - w / 2 - 0.1, 2.12, tag("positional\nencoding", "02"), ha="right",
+        ax.text(cx - w / 2 - 0.1, 1.98, tag("positional\nencoding", "02"), ha="right",
                 va="center", fontsize=7.5)
+        _arrow(ax, (cx - w / 2 - 0.05, 2.12), (cx - 0.17, 2.12))
         _arrow(ax, (cx, emb[3]), (cx, 1.98))
 
     # Encoder stack.
-    enc = FancyBboxPatch((ex - 1.75, 2.55), 3.5, 3.75, boxstyle="round,pad=0.05",
+    enc = FancyBboxPatch((ex - 1.95, 2.4), 3.9, 3.9, boxstyle="round,pad=0.05",
                          facecolor=COLORS["stack"], edgecolor="#4a5568", linestyle="--")
     ax.add_patch(enc)
-    ax.text(ex - 1.95, 4.4, "N ×", ha="right", va="center", fontsize=11)
-    ax.text(ex - 1.7, 6.42, tag("encoder layer", "07"), ha="left", va="bottom", fontsize=8)
+    ax.text(ex - 2.15, 4.4, "N ×", ha="right", va="center", fontsize=11)
+    ax.text(ex - 1.9, 6.42, tag("encoder layer", "07"), ha="left", va="bottom", fontsize=8)
     e_att = _box(ax, ex, 3.15, w, h, tag("multi-head self-attention", "03–05"),
                  COLORS["attention"])
     e_n1 = _box(ax, ex, 3.95, w, 0.38, tag("add & norm", "06"), COLORS["norm"], fontsize=7.5)
@@ -100,15 +112,15 @@ def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Fi
     _arrow(ax, (ex, e_n1[3]), (ex, e_ffn[1]))
     _arrow(ax, (ex, e_ffn[3]), (ex, e_n2[1]))
     # Residual connections skip each sublayer.
-    _arrow(ax, (ex - w / 2, 2.6), (e_n1[0], 3.95), "arc3,rad=-0.5")
-    _arrow(ax, (ex - w / 2, 4.3), (e_n2[0], 5.65), "arc3,rad=-0.5")
+    _residual(ax, ex, 2.6, e_n1, side=-1)
+    _residual(ax, ex, 4.34, e_n2, side=-1)
 
     # Decoder stack.
-    dec = FancyBboxPatch((dx - 1.75, 2.55), 3.5, 5.45, boxstyle="round,pad=0.05",
+    dec = FancyBboxPatch((dx - 1.95, 2.4), 3.9, 5.6, boxstyle="round,pad=0.05",
                          facecolor=COLORS["stack"], edgecolor="#4a5568", linestyle="--")
     ax.add_patch(dec)
-    ax.text(dx + 1.95, 5.3, "× N", ha="left", va="center", fontsize=11)
-    ax.text(dx + 1.7, 8.12, tag("decoder layer", "08"), ha="right", va="bottom", fontsize=8)
+    ax.text(dx + 2.15, 5.3, "× N", ha="left", va="center", fontsize=11)
+    ax.text(dx + 1.9, 8.12, tag("decoder layer", "08"), ha="right", va="bottom", fontsize=8)
     d_att = _box(ax, dx, 3.15, w, 0.8, tag("masked multi-head\nself-attention", "04–05"),
                  COLORS["attention"], fontsize=7.5)
     d_n1 = _box(ax, dx, 3.95, w, 0.38, tag("add & norm", "06"), COLORS["norm"], fontsize=7.5)
@@ -119,16 +131,17 @@ def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Fi
     _arrow(ax, (dx, 2.26), (dx, d_att[1]))
     for lower, upper in ((d_att, d_n1), (d_n1, d_x), (d_x, d_n2), (d_n2, d_ffn), (d_ffn, d_n3)):
         _arrow(ax, (dx, lower[3]), (dx, upper[1]))
-    _arrow(ax, (dx + w / 2, 2.6), (d_n1[2], 3.95), "arc3,rad=0.5")
-    _arrow(ax, (dx + w / 2, 4.3), (d_n2[2], 5.65), "arc3,rad=0.5")
-    _arrow(ax, (dx + w / 2, 6.0), (d_n3[2], 7.35), "arc3,rad=0.5")
+    _residual(ax, dx, 2.5, d_n1, side=1)
+    _residual(ax, dx, 4.34, d_n2, side=1)
+    _residual(ax, dx, 6.04, d_n3, side=1)
 
     # The encoder's output (memory) feeds every decoder layer's cross-attention as K and V.
     # Routed up, across the gap between the stacks, and into the cross-attention block.
-    gap_x = (ex + 1.75 + dx - 1.75) / 2
+    gap_x = (ex + 1.95 + dx - 1.95) / 2
     ax.plot([ex, ex, gap_x, gap_x], [e_n2[3], 7.0, 7.0, 4.85], color="#2d3748", lw=1.0)
     _arrow(ax, (gap_x, 4.85), (d_x[0], 4.85))
-    ax.text(gap_x, 7.12, "memory\n(keys & values)", ha="center", va="bottom", fontsize=7.5)
+    ax.text(gap_x - 0.35, 7.12, "memory\n(keys & values)", ha="center", va="bottom",
+            fontsize=7.5)
 
     # Output head.
     lin = _box(ax, dx, 8.95, w, h, tag("linear (generator)", "09"), COLORS["output"])
@@ -139,6 +152,6 @@ def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Fi
     ax.text(dx, 10.95, "output probabilities", ha="center", fontsize=9)
     ax.text(ex, 9.7, "The Transformer\n(Vaswani et al., 2017)", ha="center", va="center",
             fontsize=12, fontweight="bold")
-    ax.text(ex, 8.9, "trained in nb 10, decoded in nb 11", ha="center", fontsize=8,
+    ax.text(ex, 8.9, "trained in nb 10, decoded in nb 11 (coming)", ha="center", fontsize=8,
             color="#4a5568")
     return fig, ax
