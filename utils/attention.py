@@ -36,6 +36,11 @@ def check_mask(mask: Tensor, scores_shape: Sequence[int] | torch.Size) -> None:
     `(B, h, T, S)`. A mask that would broadcast the scores to a bigger shape (a wrong batch
     size, a query/key length that does not match) is an error, never a silent broadcast.
 
+    What no shape check can catch: a mask whose shape fits but means something else. A
+    `(B, S)` padding mask passed where a `(T, S)` mask is expected is read as one row per
+    *query* when B == T; build padding masks with `utils.masks.padding_mask`, which returns
+    `(B, 1, 1, S)`, so this cannot happen by accident.
+
     Raises:
         ValueError: with a message saying what was expected and what came.
     """
