@@ -276,7 +276,10 @@ x16 = torch.randn(2, 5, D_MODEL)
     [
         (lambda: MultiHeadAttention(10, 3), r"d_model \(10\) must be divisible by n_heads \(3\)"),
         (lambda: MultiHeadAttention(16, 0), "n_heads must be a positive int"),
-        (lambda: MultiHeadAttention(16, 4, dropout=1.0), r"dropout must be a float in \[0, 1\)"),
+        (
+            lambda: MultiHeadAttention(16, 4, dropout=1.0),
+            r"dropout must be a probability in \[0, 1\)",
+        ),
         (
             lambda: scaled_dot_product_attention(q4, k4, v4, torch.ones(2, 3, 5)),
             r"mask must be a bool tensor \(True = may attend\), got torch.float32",

@@ -37,3 +37,4 @@ def test_setup_rejects_bad_seeds(seed):
 
 def test_get_device_is_a_torch_device():
     assert isinstance(utils.get_device(), torch.device)
+

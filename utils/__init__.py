@@ -4,6 +4,7 @@ Each notebook derives a piece and the finished piece lives here, so later notebo
 it instead of retyping it. Imports only point backwards in the reading order:
 
 - `env`          reproducible set-up (`setup`, `get_device`)           -- notebook 00
+- `checks`       argument checks shared by every module (one wording per mistake)
 - `plotting`     heatmaps of attention, masks and positional encodings -- every notebook
 - `diagrams`     the architecture figure drawn with matplotlib         -- notebook 00
 - `embeddings`   vocabulary, token embeddings, positional encodings    -- notebooks 01-02

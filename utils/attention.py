@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from utils.checks import check_dropout, check_positive_int
+
 __all__ = [
     "check_mask",
     "scaled_dot_product_attention",
@@ -100,12 +102,6 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
         )
 
 
-def _check_dropout(p: float, name: str = "dropout_p") -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {p!r}")
-    return float(p)
-
-
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -134,7 +130,7 @@ def scaled_dot_product_attention(
     No NaN appears in the forward or the backward pass.
     """
     _check_qkv(query, key, value)
-    dropout_p = _check_dropout(dropout_p)
+    dropout_p = check_dropout(dropout_p, "dropout_p")
     d_k = query.shape[-1]
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q, k)
     if mask is not None:
@@ -181,12 +177,6 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(batch, seq, heads * d_head)
 
 
-def _check_positive_int(name: str, v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return v
-
-
 class MultiHeadAttention(nn.Module):
     r"""MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)  (the paper, section 3.2.2).
@@ -231,20 +221,20 @@ class MultiHeadAttention(nn.Module):
         fused: bool = False,
     ) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("n_heads", n_heads)
+        check_positive_int("d_model", d_model)
+        check_positive_int("n_heads", n_heads)
         if (d_k is None or d_v is None) and d_model % n_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) must be divisible by n_heads ({n_heads}) when d_k or d_v "
                 f"is not given (they default to d_model // n_heads)"
             )
-        d_k = _check_positive_int("d_k", d_model // n_heads if d_k is None else d_k)
-        d_v = _check_positive_int("d_v", d_model // n_heads if d_v is None else d_v)
+        d_k = check_positive_int("d_k", d_model // n_heads if d_k is None else d_k)
+        d_v = check_positive_int("d_v", d_model // n_heads if d_v is None else d_v)
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_k = d_k
         self.d_v = d_v
-        self.dropout = _check_dropout(dropout, "dropout")
+        self.dropout = check_dropout(dropout)
         self.fused = fused
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from utils.checks import check_dropout, check_positive_int
+
 __all__ = [
     "tokenize",
     "Vocab",
@@ -245,13 +247,6 @@ def _check_positions(x: Tensor, d_model: int, max_len: int) -> None:
         raise ValueError(f"sequence length {x.shape[1]} exceeds max_len {max_len}")
 
 
-def _check_max_len_dropout(max_len: int, dropout: float) -> None:
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be a float in [0, 1), got {dropout!r}")
-
-
 class SinusoidalPositionalEncoding(nn.Module):
     """`x (B, S, d_model)` -> `dropout(x + PE[:S])`, PE from `sinusoidal_encoding`.
 
@@ -264,7 +259,8 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
         super().__init__()
-        _check_max_len_dropout(max_len, dropout)
+        check_positive_int("max_len", max_len)
+        check_dropout(dropout)
         self.d_model = d_model
         self.max_len = max_len
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
@@ -287,7 +283,8 @@ class LearnedPositionalEncoding(nn.Module):
         super().__init__()
         if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
             raise ValueError(f"d_model must be a positive int, got {d_model!r}")
-        _check_max_len_dropout(max_len, dropout)
+        check_positive_int("max_len", max_len)
+        check_dropout(dropout)
         self.d_model = d_model
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from utils.attention import MultiHeadAttention, copy_to_torch_mha
+from utils.checks import check_dropout, check_positive_int
 
 __all__ = [
     "FeedForward",
@@ -38,29 +39,13 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------
-# validation helpers (shared with `utils.model`)
+# validation helpers specific to layers (shared with `utils.model`; general ones: `utils.checks`)
 # --------------------------------------------------------------------------------------------
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    """Raise `ValueError` unless `value` is a positive `int` (booleans are not sizes)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _check_optional_positive_int(name: str, value: object) -> None:
     if value is not None:
-        _check_positive_int(name, value)
-
-
-def _check_dropout(value: object, name: str = "dropout") -> None:
-    """Raise `ValueError` unless `value` is a probability in [0, 1)."""
-    if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not 0.0 <= float(value) < 1.0
-    ):
-        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+        check_positive_int(name, value)
 
 
 def _check_positive_float(name: str, value: object) -> None:
@@ -110,9 +95,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("d_ff", d_ff)
-        _check_dropout(dropout)
+        check_positive_int("d_model", d_model)
+        check_positive_int("d_ff", d_ff)
+        check_dropout(dropout)
         self.d_model = d_model
         self.d_ff = d_ff
         self.linear1 = nn.Linear(d_model, d_ff)
@@ -156,7 +141,7 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
+        check_positive_int("d_model", d_model)
         _check_positive_float("eps", eps)
         self.d_model = d_model
         self.eps = float(eps)
@@ -208,8 +193,8 @@ class SublayerConnection(nn.Module):
 
     def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_dropout(dropout)
+        check_positive_int("d_model", d_model)
+        check_dropout(dropout)
         if not isinstance(norm_first, bool):
             raise ValueError(f"norm_first must be a bool, got {norm_first!r}")
         self.d_model = d_model
@@ -357,10 +342,10 @@ def _check_layer_config(
     d_k: object,
     d_v: object,
 ) -> None:
-    _check_positive_int("d_model", d_model)
-    _check_positive_int("n_heads", n_heads)
-    _check_positive_int("d_ff", d_ff)
-    _check_dropout(dropout)
+    check_positive_int("d_model", d_model)
+    check_positive_int("n_heads", n_heads)
+    check_positive_int("d_ff", d_ff)
+    check_dropout(dropout)
     _check_optional_positive_int("d_k", d_k)
     _check_optional_positive_int("d_v", d_v)
     if (d_k is None or d_v is None) and d_model % n_heads != 0:  # type: ignore[operator]

@@ -20,6 +20,8 @@ from functools import reduce
 import torch
 from torch import Tensor
 
+from utils.checks import check_token_ids
+
 __all__ = [
     "padding_mask",
     "causal_mask",
@@ -28,15 +30,6 @@ __all__ = [
     "to_torch_attn_mask",
     "to_torch_key_padding_mask",
 ]
-
-
-def _check_tokens(tokens: Tensor) -> None:
-    if not isinstance(tokens, Tensor):
-        raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
-    if tokens.dim() != 2:
-        raise ValueError(f"tokens must be 2-D (batch, seq), got shape {tuple(tokens.shape)}")
-    if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
-        raise ValueError(f"tokens must be an integer tensor of token ids, got {tokens.dtype}")
 
 
 def _check_bool(mask: Tensor, name: str = "mask") -> None:
@@ -52,7 +45,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     The two singleton dims broadcast over heads and queries: every query may look at every
     real key. Padded *query* rows still produce outputs; the loss ignores them.
     """
-    _check_tokens(tokens)
+    check_token_ids(tokens)
     if isinstance(pad_id, bool) or not isinstance(pad_id, int):
         raise ValueError(f"pad_id must be an int, got {pad_id!r}")
     return (tokens != pad_id)[:, None, None, :]

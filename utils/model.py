@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from utils.checks import check_dropout, check_positive_int, check_token_ids
 from utils.embeddings import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -37,11 +38,9 @@ from utils.layers import (
     DecoderLayer,
     EncoderLayer,
     LayerNorm,
-    _check_dropout,
     _check_features,
     _check_memory,
     _check_optional_positive_int,
-    _check_positive_int,
     _copy_norm,
     copy_to_torch_decoder_layer,
     copy_to_torch_encoder_layer,
@@ -114,12 +113,12 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff"):
-            _check_positive_int(name, getattr(self, name))
-        _check_positive_int("n_layers", self.n_layers)
-        _check_positive_int("max_len", self.max_len)
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("n_layers", self.n_layers)
+        check_positive_int("max_len", self.max_len)
         _check_optional_positive_int("d_k", self.d_k)
         _check_optional_positive_int("d_v", self.d_v)
-        _check_dropout(self.dropout)
+        check_dropout(self.dropout)
         if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_k or d_v "
@@ -310,8 +309,8 @@ class Generator(nn.Module):
 
     def __init__(self, d_model: int, vocab_size: int) -> None:
         super().__init__()
-        _check_positive_int("d_model", d_model)
-        _check_positive_int("vocab_size", vocab_size)
+        check_positive_int("d_model", d_model)
+        check_positive_int("vocab_size", vocab_size)
         self.d_model = d_model
         self.proj = nn.Linear(d_model, vocab_size)
 
@@ -337,15 +336,6 @@ def _embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
             position=positional(config.d_model, config.max_len, dropout=config.dropout),
         )
     )
-
-
-def _check_tokens(name: str, tokens: Tensor) -> None:
-    if not isinstance(tokens, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of token ids, got {type(tokens).__name__}")
-    if tokens.dim() != 2:
-        raise ValueError(
-            f"{name} must be 2-D (batch, seq) token ids, got shape {tuple(tokens.shape)}"
-        )
 
 
 class Transformer(nn.Module):
@@ -429,7 +419,7 @@ class Transformer(nn.Module):
 
         `src_mask` defaults to `self.make_src_mask(src)` (padding).
         """
-        _check_tokens("src", src)
+        check_token_ids(src, "src")
         if src_mask is None:
             src_mask = self.make_src_mask(src)
         return self.encoder(self.src_embed(src), src_mask)
@@ -448,7 +438,7 @@ class Transformer(nn.Module):
         pass the mask used in `encode` (`forward` does). `None` lets every query attend
         every memory position. Apply `generator` to get logits.
         """
-        _check_tokens("tgt", tgt)
+        check_token_ids(tgt, "tgt")
         if tgt_mask is None:
             tgt_mask = self.make_tgt_mask(tgt)
         return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, src_mask)
@@ -465,8 +455,8 @@ class Transformer(nn.Module):
         `tgt` is the decoder input (the target shifted right, starting with BOS); logits at
         position t predict target token t + 1. Masks default to those built from `pad_id`.
         """
-        _check_tokens("src", src)
-        _check_tokens("tgt", tgt)
+        check_token_ids(src, "src")
+        check_token_ids(tgt, "tgt")
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
