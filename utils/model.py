@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -544,6 +545,23 @@ def _check_stack(name: str, ours: Encoder | Decoder, theirs: nn.Module) -> None:
         )
 
 
+def _copy_stack(
+    name: str,
+    ours: Encoder | Decoder,
+    theirs: nn.Module,
+    copy_layer: Callable[[nn.Module, nn.Module], None],
+) -> None:
+    """Copy a stack layer by layer (errors name the layer), then its final norm if any."""
+    _check_stack(name, ours, theirs)
+    for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
+        try:
+            copy_layer(our_layer, their_layer)
+        except ValueError as error:
+            raise ValueError(f"{name} layer {i}: {error}") from None
+    if ours.norm is not None:
+        _copy_norm(f"{name}.norm", ours.norm, theirs.norm)
+
+
 @torch.no_grad()
 def copy_to_torch_encoder(ours: Encoder, theirs: nn.TransformerEncoder) -> None:
     """Copy our encoder stack into `nn.TransformerEncoder` (built with `batch_first=True`).
@@ -551,14 +569,7 @@ def copy_to_torch_encoder(ours: Encoder, theirs: nn.TransformerEncoder) -> None:
     Our post-norm encoder has no final norm: build theirs with `norm=None`; our pre-norm
     encoder has one: build theirs with `norm=nn.LayerNorm(d_model)`. A mismatch is an error.
     """
-    _check_stack("encoder", ours, theirs)
-    for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
-        try:
-            copy_to_torch_encoder_layer(our_layer, their_layer)
-        except ValueError as error:
-            raise ValueError(f"encoder layer {i}: {error}") from None
-    if ours.norm is not None:
-        _copy_norm("encoder.norm", ours.norm, theirs.norm)
+    _copy_stack("encoder", ours, theirs, copy_to_torch_encoder_layer)
 
 
 @torch.no_grad()
@@ -568,14 +579,7 @@ def copy_to_torch_decoder(ours: Decoder, theirs: nn.TransformerDecoder) -> None:
     Final norms as in `copy_to_torch_encoder`: `norm=None` for post-norm, a LayerNorm for
     pre-norm.
     """
-    _check_stack("decoder", ours, theirs)
-    for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
-        try:
-            copy_to_torch_decoder_layer(our_layer, their_layer)
-        except ValueError as error:
-            raise ValueError(f"decoder layer {i}: {error}") from None
-    if ours.norm is not None:
-        _copy_norm("decoder.norm", ours.norm, theirs.norm)
+    _copy_stack("decoder", ours, theirs, copy_to_torch_decoder_layer)
 
 
 @torch.no_grad()
