@@ -38,3 +38,21 @@ def test_setup_rejects_bad_seeds(seed):
 def test_get_device_is_a_torch_device():
     assert isinstance(utils.get_device(), torch.device)
 
+
+
+def test_fmt_formats_numbers_and_sequences() -> None:
+    import numpy as np
+    import pytest
+    import torch
+
+    from utils import fmt
+
+    assert fmt(torch.tensor([1.0, 0.5])) == "[1.000, 0.500]"
+    assert fmt(torch.tensor(2.0)) == "2.000"
+    assert fmt(np.array([[1.0, 2.0]]), digits=1) == "[[1.0, 2.0]]"
+    assert fmt(-1e-9) == "0.000"
+    assert fmt(7) == "7"
+    with pytest.raises(ValueError, match="numbers"):
+        fmt("x")
+    with pytest.raises(ValueError, match="digits"):
+        fmt(1.0, digits=-1)

@@ -3,7 +3,7 @@
 Each notebook derives a piece and the finished piece lives here, so later notebooks import
 it instead of retyping it. Imports only point backwards in the reading order:
 
-- `env`          reproducible set-up (`setup`, `get_device`)           -- notebook 00
+- `env`          reproducible set-up (`setup`, `get_device`, `fmt`)    -- notebook 00
 - `checks`       argument checks shared by every module (one wording per mistake)
 - `plotting`     heatmaps of attention, masks and positional encodings -- every notebook
 - `diagrams`     the architecture figure drawn with matplotlib         -- notebook 00
@@ -18,6 +18,6 @@ masks are boolean with `True` = may attend, broadcastable to `(batch, heads, que
 bad input raises `ValueError` saying what was expected and what came.
 """
 
-from utils.env import get_device, setup
+from utils.env import fmt, get_device, setup
 
-__all__ = ["setup", "get_device"]
+__all__ = ["setup", "get_device", "fmt"]
