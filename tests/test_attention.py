@@ -10,7 +10,6 @@ from torch import nn
 from utils.attention import (
     MultiHeadAttention,
     check_mask,
-    copy_to_torch_mha,
     merge_heads,
     scaled_dot_product_attention,
     split_heads,
@@ -22,6 +21,7 @@ from utils.masks import (
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
+from utils.parity import copy_to_torch_mha
 
 D_MODEL, N_HEADS = 16, 4
 

@@ -13,8 +13,6 @@ from utils.layers import (
     FeedForward,
     LayerNorm,
     SublayerConnection,
-    copy_to_torch_decoder_layer,
-    copy_to_torch_encoder_layer,
 )
 from utils.masks import (
     causal_mask,
@@ -23,6 +21,7 @@ from utils.masks import (
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
+from utils.parity import copy_to_torch_decoder_layer, copy_to_torch_encoder_layer
 
 D_MODEL, N_HEADS, D_FF = 32, 4, 64
 PAD = 0

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.layers import LayerNorm, copy_to_torch_decoder_layer, copy_to_torch_encoder_layer
+from utils.layers import LayerNorm
 from utils.masks import (
     causal_mask,
     padding_mask,
@@ -25,12 +25,16 @@ from utils.model import (
     Generator,
     Transformer,
     TransformerConfig,
-    copy_to_torch_decoder,
-    copy_to_torch_encoder,
-    copy_to_torch_transformer,
     count_parameters,
     parameter_breakdown,
     transformer_parameter_count,
+)
+from utils.parity import (
+    copy_to_torch_decoder,
+    copy_to_torch_decoder_layer,
+    copy_to_torch_encoder,
+    copy_to_torch_encoder_layer,
+    copy_to_torch_transformer,
 )
 
 PAD = 0

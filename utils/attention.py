@@ -26,7 +26,6 @@ __all__ = [
     "split_heads",
     "merge_heads",
     "MultiHeadAttention",
-    "copy_to_torch_mha",
 ]
 
 
@@ -338,56 +337,3 @@ class MultiHeadAttention(nn.Module):
         k = self.project(key, "k")
         v = self.project(value, "v")
         return self.attend(q, k, v, mask)
-
-
-def copy_to_torch_mha(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
-    """Copy our weights into PyTorch's `nn.MultiheadAttention` (for parity checks).
-
-    PyTorch keeps the three input projections stacked in `in_proj_weight`
-    (`[W_q; W_k; W_v]`, shape `(3*d_model, d_model)`) and cuts heads the same way
-    `split_heads` does, so the copy is a concatenation. PyTorch's heads always have width
-    `d_model // n_heads`, so `ours` must use the default `d_k = d_v = d_model // n_heads`.
-
-    Note: `nn.MultiheadAttention`'s bool masks mean True = *not* allowed (the opposite of
-    ours); see `utils.masks.to_torch_attn_mask`.
-    """
-    if not isinstance(ours, MultiHeadAttention) or not isinstance(theirs, nn.MultiheadAttention):
-        raise ValueError(
-            f"expected (MultiHeadAttention, nn.MultiheadAttention), got "
-            f"({type(ours).__name__}, {type(theirs).__name__})"
-        )
-    if theirs.embed_dim != ours.d_model or theirs.num_heads != ours.n_heads:
-        raise ValueError(
-            f"shapes differ: ours d_model={ours.d_model}, n_heads={ours.n_heads}; theirs "
-            f"embed_dim={theirs.embed_dim}, num_heads={theirs.num_heads}"
-        )
-    head_dim = ours.d_model // ours.n_heads
-    if ours.d_k != head_dim or ours.d_v != head_dim:
-        raise ValueError(
-            f"nn.MultiheadAttention needs d_k = d_v = d_model // n_heads = {head_dim}, got "
-            f"d_k={ours.d_k}, d_v={ours.d_v}"
-        )
-    if theirs.kdim != ours.d_model or theirs.vdim != ours.d_model:
-        raise ValueError(
-            f"theirs must take keys and values of width d_model={ours.d_model}, got "
-            f"kdim={theirs.kdim}, vdim={theirs.vdim}"
-        )
-    if theirs.bias_k is not None or theirs.bias_v is not None:
-        raise ValueError("theirs uses add_bias_kv=True, which ours has no counterpart for")
-    ours_bias = ours.w_q.bias is not None
-    theirs_bias = theirs.in_proj_bias is not None
-    if ours_bias != theirs_bias:
-        raise ValueError(f"bias differs: ours bias={ours_bias}, theirs bias={theirs_bias}")
-    with torch.no_grad():
-        if theirs.in_proj_weight is not None:
-            theirs.in_proj_weight.copy_(
-                torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight], dim=0)
-            )
-        else:  # a module built with explicit kdim/vdim keeps separate weights
-            theirs.q_proj_weight.copy_(ours.w_q.weight)
-            theirs.k_proj_weight.copy_(ours.w_k.weight)
-            theirs.v_proj_weight.copy_(ours.w_v.weight)
-        theirs.out_proj.weight.copy_(ours.w_o.weight)
-        if ours_bias:
-            theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
-            theirs.out_proj.bias.copy_(ours.w_o.bias)

@@ -9,7 +9,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["check_positive_int", "check_dropout", "check_token_ids"]
+__all__ = [
+    "check_positive_int",
+    "check_optional_positive_int",
+    "check_positive_float",
+    "check_dropout",
+    "check_token_ids",
+    "check_features",
+    "check_memory",
+]
 
 
 def check_positive_int(name: str, value: object) -> int:
@@ -36,3 +44,38 @@ def check_token_ids(tokens: object, name: str = "tokens") -> None:
         )
     if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
         raise ValueError(f"{name} must be an integer tensor of token ids, got {tokens.dtype}")
+
+
+def check_optional_positive_int(name: str, value: object) -> int | None:
+    """`value` if it is `None` or a positive int, else `ValueError` naming `name`."""
+    return None if value is None else check_positive_int(name, value)
+
+
+def check_positive_float(name: str, value: object) -> float:
+    """`value` as a float if it is a positive number, else `ValueError` naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value) > 0.0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def check_features(name: str, x: object, d_model: int, ndim: int | None = 3) -> None:
+    """`ValueError` unless `x` is a tensor with `ndim` dims (any if None) and last dim `d_model`."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(
+            f"{name} must have {ndim} dims (batch, seq, d_model={d_model}), "
+            f"got shape {tuple(x.shape)}"
+        )
+    if x.dim() == 0 or x.shape[-1] != d_model:
+        raise ValueError(f"{name} must have last dim d_model={d_model}, got shape {tuple(x.shape)}")
+
+
+def check_memory(x: Tensor, memory: object, d_model: int) -> None:
+    """`ValueError` unless `memory` is `(batch, S, d_model)` with the batch size of `x`."""
+    check_features("memory", memory, d_model)
+    if memory.shape[0] != x.shape[0]:  # type: ignore[union-attr]
+        raise ValueError(
+            f"memory batch size must equal x's ({x.shape[0]}), got memory shape "
+            f"{tuple(memory.shape)}"  # type: ignore[union-attr]
+        )

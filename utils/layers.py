@@ -5,8 +5,6 @@
 - `SublayerConnection`  residual + dropout + LayerNorm around any sublayer, post- or pre-norm
 - `EncoderLayer`        self-attention and FFN, each wrapped in a `SublayerConnection`
 - `DecoderLayer`        masked self-attention, cross-attention and FFN, each wrapped likewise
-- `copy_to_torch_encoder_layer`, `copy_to_torch_decoder_layer`: copy our weights into
-  `nn.TransformerEncoderLayer` / `nn.TransformerDecoderLayer` for parity checks.
 
 Shapes are batch first: `x` is `(batch, seq, d_model)`. Masks are boolean with `True` = may
 attend, broadcastable to `(batch, heads, queries, keys)` (build them with `utils.masks`).
@@ -24,8 +22,15 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from utils.attention import MultiHeadAttention, copy_to_torch_mha
-from utils.checks import check_dropout, check_positive_int
+from utils.attention import MultiHeadAttention
+from utils.checks import (
+    check_dropout,
+    check_features,
+    check_memory,
+    check_optional_positive_int,
+    check_positive_float,
+    check_positive_int,
+)
 
 __all__ = [
     "FeedForward",
@@ -33,37 +38,7 @@ __all__ = [
     "SublayerConnection",
     "EncoderLayer",
     "DecoderLayer",
-    "copy_to_torch_encoder_layer",
-    "copy_to_torch_decoder_layer",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# validation helpers specific to layers (shared with `utils.model`; general ones: `utils.checks`)
-# --------------------------------------------------------------------------------------------
-
-
-def _check_optional_positive_int(name: str, value: object) -> None:
-    if value is not None:
-        check_positive_int(name, value)
-
-
-def _check_positive_float(name: str, value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not float(value) > 0.0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def _check_features(name: str, x: Tensor, d_model: int, ndim: int | None = 3) -> None:
-    """Raise `ValueError` unless `x` is a tensor with `ndim` dims whose last dim is `d_model`."""
-    if not isinstance(x, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if ndim is not None and x.dim() != ndim:
-        raise ValueError(
-            f"{name} must have {ndim} dims (batch, seq, d_model={d_model}), "
-            f"got shape {tuple(x.shape)}"
-        )
-    if x.dim() == 0 or x.shape[-1] != d_model:
-        raise ValueError(f"{name} must have last dim d_model={d_model}, got shape {tuple(x.shape)}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,7 +82,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> `(..., d_model)`."""
-        _check_features("x", x, self.d_model, ndim=None)
+        check_features("x", x, self.d_model, ndim=None)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
@@ -142,7 +117,7 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
-        _check_positive_float("eps", eps)
+        check_positive_float("eps", eps)
         self.d_model = d_model
         self.eps = float(eps)
         self.weight = nn.Parameter(torch.ones(d_model))
@@ -156,7 +131,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> `(..., d_model)`."""
-        _check_features("x", x, self.d_model, ndim=None)
+        check_features("x", x, self.d_model, ndim=None)
         mean = x.mean(dim=-1, keepdim=True)
         var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d_model
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
@@ -204,7 +179,7 @@ class SublayerConnection(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """`x` `(..., d_model)` -> `(..., d_model)`."""
-        _check_features("x", x, self.d_model, ndim=None)
+        check_features("x", x, self.d_model, ndim=None)
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
@@ -265,7 +240,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """`(batch, S, d_model)` -> `(batch, S, d_model)`."""
-        _check_features("x", x, self.d_model)
+        check_features("x", x, self.d_model)
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=mask))
         return self.sublayers[1](x, self.ffn)
 
@@ -327,8 +302,8 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         """`x` `(batch, T, d_model)`, `memory` `(batch, S, d_model)` -> `(batch, T, d_model)`."""
-        _check_features("x", x, self.d_model)
-        _check_memory(x, memory, self.d_model)
+        check_features("x", x, self.d_model)
+        check_memory(x, memory, self.d_model)
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=tgt_mask))
         x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, mask=memory_mask))
         return self.sublayers[2](x, self.ffn)
@@ -346,96 +321,9 @@ def _check_layer_config(
     check_positive_int("n_heads", n_heads)
     check_positive_int("d_ff", d_ff)
     check_dropout(dropout)
-    _check_optional_positive_int("d_k", d_k)
-    _check_optional_positive_int("d_v", d_v)
+    check_optional_positive_int("d_k", d_k)
+    check_optional_positive_int("d_v", d_v)
     if (d_k is None or d_v is None) and d_model % n_heads != 0:  # type: ignore[operator]
         raise ValueError(
             f"n_heads={n_heads} must divide d_model={d_model} when d_k or d_v is not given"
         )
-
-
-def _check_memory(x: Tensor, memory: Tensor, d_model: int) -> None:
-    _check_features("memory", memory, d_model)
-    if memory.shape[0] != x.shape[0]:
-        raise ValueError(
-            f"memory batch size must equal x's ({x.shape[0]}), got memory shape "
-            f"{tuple(memory.shape)}"
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# weight copiers for parity with torch.nn
-# --------------------------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def _copy_param(name: str, dst: Tensor, src: Tensor) -> None:
-    if dst.shape != src.shape:
-        raise ValueError(
-            f"cannot copy {name}: ours has shape {tuple(src.shape)}, "
-            f"theirs has shape {tuple(dst.shape)}"
-        )
-    dst.copy_(src)
-
-
-def _copy_linear(name: str, ours: nn.Linear, theirs: nn.Linear) -> None:
-    _copy_param(f"{name}.weight", theirs.weight, ours.weight)
-    _copy_param(f"{name}.bias", theirs.bias, ours.bias)
-
-
-def _copy_norm(name: str, ours: LayerNorm, theirs: nn.LayerNorm) -> None:
-    if theirs.weight is None or theirs.bias is None:
-        raise ValueError(f"cannot copy {name}: the nn.LayerNorm has no affine parameters")
-    if abs(theirs.eps - ours.eps) > 0.0:
-        raise ValueError(f"cannot copy {name}: ours has eps={ours.eps}, theirs eps={theirs.eps}")
-    _copy_param(f"{name}.weight", theirs.weight, ours.weight)
-    _copy_param(f"{name}.bias", theirs.bias, ours.bias)
-
-
-def _check_torch_layer(
-    ours: EncoderLayer | DecoderLayer,
-    theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
-) -> None:
-    if theirs.norm_first != ours.norm_first:
-        raise ValueError(
-            f"norm_first differs: ours has {ours.norm_first}, theirs has {theirs.norm_first}"
-        )
-    if getattr(theirs, "activation_relu_or_gelu", 1) != 1:
-        raise ValueError("theirs must use activation='relu' like our FeedForward")
-    if not theirs.self_attn.batch_first:
-        raise ValueError("theirs must be built with batch_first=True, as our layers are")
-
-
-@torch.no_grad()
-def copy_to_torch_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncoderLayer) -> None:
-    """Copy our encoder layer's weights into `nn.TransformerEncoderLayer` (in place).
-
-    `theirs` must be built with the same `d_model`, `nhead`, `dim_feedforward`,
-    `norm_first`, `activation="relu"` and `batch_first=True`; PyTorch has no d_k ≠
-    d_model / n_heads. Mapping: `self_attn` -> `self_attn` (via `copy_to_torch_mha`),
-    `ffn.linear1/2` -> `linear1/2`, `sublayers[i].norm` -> `norm{i+1}`. Dropout is not a
-    weight: compare in `eval()` mode.
-    """
-    _check_torch_layer(ours, theirs)
-    copy_to_torch_mha(ours.self_attn, theirs.self_attn)
-    _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
-    _copy_linear("ffn.linear2", ours.ffn.linear2, theirs.linear2)
-    _copy_norm("sublayers[0].norm", ours.sublayers[0].norm, theirs.norm1)
-    _copy_norm("sublayers[1].norm", ours.sublayers[1].norm, theirs.norm2)
-
-
-@torch.no_grad()
-def copy_to_torch_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -> None:
-    """Copy our decoder layer's weights into `nn.TransformerDecoderLayer` (in place).
-
-    Same requirements as `copy_to_torch_encoder_layer`. Mapping: `self_attn` ->
-    `self_attn`, `cross_attn` -> `multihead_attn`, `ffn.linear1/2` -> `linear1/2`,
-    `sublayers[i].norm` -> `norm{i+1}`.
-    """
-    _check_torch_layer(ours, theirs)
-    copy_to_torch_mha(ours.self_attn, theirs.self_attn)
-    copy_to_torch_mha(ours.cross_attn, theirs.multihead_attn)
-    _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
-    _copy_linear("ffn.linear2", ours.ffn.linear2, theirs.linear2)
-    for i in range(3):
-        _copy_norm(f"sublayers[{i}].norm", ours.sublayers[i].norm, getattr(theirs, f"norm{i + 1}"))

@@ -6,8 +6,6 @@
 - `Transformer`        embeddings + encoder + decoder + generator; `encode` / `decode` / `forward`
 - `count_parameters`, `parameter_breakdown`, `transformer_parameter_count`: measured vs
   symbolic parameter counts (the paper's Table 3)
-- `copy_to_torch_encoder`, `copy_to_torch_decoder`, `copy_to_torch_transformer`: copy our
-  weights into `nn.TransformerEncoder`, `nn.TransformerDecoder`, `nn.Transformer`.
 
 Shapes are batch first: token ids `(batch, seq)`, hidden states `(batch, seq, d_model)`,
 logits `(batch, seq, vocab)`. Masks are boolean with `True` = may attend.
@@ -21,31 +19,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from utils.checks import check_dropout, check_positive_int, check_token_ids
+from utils.checks import (
+    check_dropout,
+    check_features,
+    check_memory,
+    check_optional_positive_int,
+    check_positive_int,
+    check_token_ids,
+)
 from utils.embeddings import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
     tie_weights,
 )
-from utils.layers import (
-    DecoderLayer,
-    EncoderLayer,
-    LayerNorm,
-    _check_features,
-    _check_memory,
-    _check_optional_positive_int,
-    _copy_norm,
-    copy_to_torch_decoder_layer,
-    copy_to_torch_encoder_layer,
-)
+from utils.layers import DecoderLayer, EncoderLayer, LayerNorm
 from utils.masks import padding_mask, target_mask
 
 __all__ = [
@@ -57,9 +51,6 @@ __all__ = [
     "count_parameters",
     "parameter_breakdown",
     "transformer_parameter_count",
-    "copy_to_torch_encoder",
-    "copy_to_torch_decoder",
-    "copy_to_torch_transformer",
 ]
 
 POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
@@ -117,8 +108,8 @@ class TransformerConfig:
             check_positive_int(name, getattr(self, name))
         check_positive_int("n_layers", self.n_layers)
         check_positive_int("max_len", self.max_len)
-        _check_optional_positive_int("d_k", self.d_k)
-        _check_optional_positive_int("d_v", self.d_v)
+        check_optional_positive_int("d_k", self.d_k)
+        check_optional_positive_int("d_v", self.d_v)
         check_dropout(self.dropout)
         if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
             raise ValueError(
@@ -255,7 +246,7 @@ class Encoder(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """`(batch, S, d_model)` -> `(batch, S, d_model)`."""
-        _check_features("x", x, self.d_model)
+        check_features("x", x, self.d_model)
         for layer in self.layers:
             x = layer(x, mask)
         return x if self.norm is None else self.norm(x)
@@ -287,8 +278,8 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
     ) -> Tensor:
         """`x (batch, T, d_model)`, `memory (batch, S, d_model)` -> `(batch, T, d_model)`."""
-        _check_features("x", x, self.d_model)
-        _check_memory(x, memory, self.d_model)
+        check_features("x", x, self.d_model)
+        check_memory(x, memory, self.d_model)
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)
         return x if self.norm is None else self.norm(x)
@@ -317,7 +308,7 @@ class Generator(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> logits `(..., vocab_size)`."""
-        _check_features("x", x, self.d_model, ndim=None)
+        check_features("x", x, self.d_model, ndim=None)
         return self.proj(x)
 
 
@@ -525,85 +516,3 @@ def transformer_parameter_count(config: TransformerConfig) -> int:
     Equals `count_parameters(Transformer(config))` (the tests check it for several configs).
     """
     return sum(parameter_breakdown(config).values())
-
-
-# --------------------------------------------------------------------------------------------
-# weight copiers for parity with torch.nn
-# --------------------------------------------------------------------------------------------
-
-
-def _check_stack(name: str, ours: Encoder | Decoder, theirs: nn.Module) -> None:
-    if len(ours.layers) != len(theirs.layers):
-        raise ValueError(
-            f"{name}: ours has {len(ours.layers)} layers, theirs has {len(theirs.layers)}"
-        )
-    if (ours.norm is None) != (theirs.norm is None):
-        raise ValueError(
-            f"{name}: final norm differs: ours has {'none' if ours.norm is None else 'one'}, "
-            f"theirs has {'none' if theirs.norm is None else 'one'} (build theirs with "
-            f"norm=None for post-norm, norm=nn.LayerNorm(d_model) for pre-norm)"
-        )
-
-
-def _copy_stack(
-    name: str,
-    ours: Encoder | Decoder,
-    theirs: nn.Module,
-    copy_layer: Callable[[nn.Module, nn.Module], None],
-) -> None:
-    """Copy a stack layer by layer (errors name the layer), then its final norm if any."""
-    _check_stack(name, ours, theirs)
-    for i, (our_layer, their_layer) in enumerate(zip(ours.layers, theirs.layers, strict=True)):
-        try:
-            copy_layer(our_layer, their_layer)
-        except ValueError as error:
-            raise ValueError(f"{name} layer {i}: {error}") from None
-    if ours.norm is not None:
-        _copy_norm(f"{name}.norm", ours.norm, theirs.norm)
-
-
-@torch.no_grad()
-def copy_to_torch_encoder(ours: Encoder, theirs: nn.TransformerEncoder) -> None:
-    """Copy our encoder stack into `nn.TransformerEncoder` (built with `batch_first=True`).
-
-    Our post-norm encoder has no final norm: build theirs with `norm=None`; our pre-norm
-    encoder has one: build theirs with `norm=nn.LayerNorm(d_model)`. A mismatch is an error.
-    """
-    _copy_stack("encoder", ours, theirs, copy_to_torch_encoder_layer)
-
-
-@torch.no_grad()
-def copy_to_torch_decoder(ours: Decoder, theirs: nn.TransformerDecoder) -> None:
-    """Copy our decoder stack into `nn.TransformerDecoder` (built with `batch_first=True`).
-
-    Final norms as in `copy_to_torch_encoder`: `norm=None` for post-norm, a LayerNorm for
-    pre-norm.
-    """
-    _copy_stack("decoder", ours, theirs, copy_to_torch_decoder_layer)
-
-
-@torch.no_grad()
-def copy_to_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> None:
-    """Copy our encoder and decoder stacks into `nn.Transformer` (in place).
-
-    `nn.Transformer` has no embeddings and no generator: feed it our embedded inputs
-    (`ours.src_embed(src)`, `ours.tgt_embed(tgt)`) and apply `ours.generator` to its output.
-
-    Final norms: `nn.Transformer` *always* ends its encoder and decoder with a LayerNorm,
-    even with `norm_first=False`, where each post-norm layer already ends in one; the paper
-    has no such extra norm and neither do we. A LayerNorm cannot be set to the identity
-    (with gain 1 and bias 0 it still rescales by 1/sqrt(1 + eps)), so for a post-norm model
-    this function *removes* them: `theirs.encoder.norm = theirs.decoder.norm = None`, which
-    `nn.TransformerEncoder/Decoder` support. For a pre-norm model both sides have final
-    norms and they are copied.
-    """
-    if not isinstance(ours, Transformer) or not isinstance(theirs, nn.Transformer):
-        raise ValueError(
-            f"expected (Transformer, nn.Transformer), got "
-            f"({type(ours).__name__}, {type(theirs).__name__})"
-        )
-    if not ours.config.norm_first:
-        theirs.encoder.norm = None
-        theirs.decoder.norm = None
-    copy_to_torch_encoder(ours.encoder, theirs.encoder)
-    copy_to_torch_decoder(ours.decoder, theirs.decoder)
