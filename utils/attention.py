@@ -21,6 +21,8 @@ from torch import Tensor, nn
 from utils.checks import check_dropout, check_positive_int
 
 __all__ = [
+    "AttentionCache",
+    "KVCache",
     "check_mask",
     "scaled_dot_product_attention",
     "split_heads",
@@ -176,6 +178,89 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(batch, seq, heads * d_head)
 
 
+class AttentionCache:
+    """Keys and values of one attention block, kept between decoding steps (notebook 11).
+
+    - self-attention (`static=False`): each step appends the new positions' keys/values, so
+      `k` grows as `(B, h, T_cached, d_k)`;
+    - cross-attention (`static=True`): the encoder output is projected to keys/values *once*,
+      at the first step, and reused unchanged (`(B, h, S, d_k)`).
+
+    `k` and `v` are `None` until the first step fills them.
+    """
+
+    def __init__(self, static: bool = False) -> None:
+        self.static = static
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"AttentionCache(static={self.static}, k={shape})"
+
+
+class KVCache:
+    """The key/value cache of a decoder stack: one `AttentionCache` per attention block.
+
+    One design serves the encoder-decoder (`cross=True`: each layer has a self-attention
+    cache that grows and a cross-attention cache projected once per source) and the
+    decoder-only model of notebook 13 (`cross=False`). The model reads and updates it:
+
+    - `length`: how many positions are cached, i.e. the position of the next token (its
+      positional encoding is taken at `length`, not at 0);
+    - `reorder(index)`: keep rows `index` of the batch, in that order (beam search re-ranks
+      hypotheses; the cache must follow them);
+    - `batch_size`: the batch the cache was filled with (`None` while empty). Feeding it a
+      batch of another size raises `ValueError`.
+    """
+
+    def __init__(self, n_layers: int, cross: bool) -> None:
+        check_positive_int("n_layers", n_layers)
+        self.self_attn = [AttentionCache(static=False) for _ in range(n_layers)]
+        self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else []
+        self.length = 0
+
+    def blocks(self) -> list[AttentionCache]:
+        """Every `AttentionCache` of the stack (self-attention first, then cross-attention)."""
+        return [*self.self_attn, *self.cross_attn]
+
+    @property
+    def batch_size(self) -> int | None:
+        for block in self.blocks():
+            if block.k is not None:
+                return block.k.shape[0]
+        return None
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (int64 `(B_new,)`, values in `[0, batch_size)`), in place."""
+        if not isinstance(index, Tensor) or index.dim() != 1 or index.is_floating_point():
+            raise ValueError(f"index must be a 1-D integer tensor, got {index!r}")
+        size = self.batch_size
+        if size is None:
+            return
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
+            raise ValueError(f"index values must be in [0, {size}), got {index.tolist()}")
+        for block in self.blocks():
+            if block.k is not None:
+                block.k = block.k.index_select(0, index)
+                block.v = block.v.index_select(0, index)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the cached keys and values."""
+        return sum(
+            t.numel() * t.element_size()
+            for block in self.blocks()
+            for t in (block.k, block.v)
+            if t is not None
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCache(layers={len(self.self_attn)}, cross={bool(self.cross_attn)}, "
+            f"length={self.length}, batch_size={self.batch_size})"
+        )
+
+
 class MultiHeadAttention(nn.Module):
     r"""MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)  (the paper, section 3.2.2).
@@ -184,20 +269,29 @@ class MultiHeadAttention(nn.Module):
     `Linear(d_model, h*d_k)` (`w_q`, likewise `w_k`, `w_v`); `split_heads` cuts its output
     into heads. `w_o` is `Linear(h*d_v, d_model)`.
 
-    `forward` is two steps, and the seam between them is where incremental decoding with a
-    key/value cache plugs in (notebook 11) without rewriting this class:
+    `forward` is two steps: `project(x, which)` maps `(B, S, d_model)` to heads
+    `(B, h, S, d)` for `which` in "q", "k", "v"; `attend(q, k, v, mask)` runs attention over
+    heads, merges them and applies `w_o`.
 
-    1. `project(x, which)` maps `(B, S, d_model)` to heads `(B, h, S, d)` for
-       `which` in `"q"`, `"k"`, `"v"`;
-    2. `attend(q_heads, k_heads, v_heads, mask)` runs attention over heads and returns
-       `(B, T, d_model)` after merging heads and `w_o`.
+    Two paths give the same numbers (within float rounding; the tests check 1e-5):
+    - the readable path (`fused=False`, the default where the notebooks teach): three
+      projections and our `scaled_dot_product_attention`, which returns the weights to plot;
+    - the fast path (`fused=True`, what training uses): self-attention projects Q, K and V
+      with *one* matrix multiplication (the three weights concatenated, as
+      `nn.MultiheadAttention` stores them) and attention runs in PyTorch's fused kernel
+      `F.scaled_dot_product_attention`, which never materialises the weights.
 
-    A cached decoder projects only the newest query token, concatenates the new key/value
-    heads onto the cached ones along dim 2, and calls `attend`.
+    Attention weights: after a forward on the readable path, `attn_weights` holds them
+    `(B, h, T, S)`, detached (before dropout) - but only when asked: `record_weights=True`
+    always keeps them, `False` never does, and `None` (the default) keeps them except while
+    training with gradients on, so a training run does not keep one weight tensor per
+    attention block alive. The fast path never has weights (`attn_weights` is `None`).
 
-    After each forward, `attn_weights` holds the last attention weights `(B, h, T, S)`,
-    detached (before dropout); it is `None` when the fused path ran, because
-    `torch.nn.functional.scaled_dot_product_attention` does not return them.
+    Key/value cache (incremental decoding, notebook 11): pass an `AttentionCache` as
+    `cache`. For self-attention the new positions' keys and values are appended to the
+    cached ones and the queries (only the new positions) attend to all of them; for
+    cross-attention the keys and values are projected from `key`/`value` at the first
+    call and reused afterwards.
 
     Args:
         d_model: model width.
@@ -206,7 +300,8 @@ class MultiHeadAttention(nn.Module):
         d_v: per-head value width; default `d_model // n_heads`.
         dropout: dropout on the attention weights, in training mode only.
         bias: whether the four projections have biases.
-        fused: use PyTorch's fused kernel (same results; an attribute you can flip any time).
+        fused: the fast path (an attribute you can flip any time).
+        record_weights: keep the attention weights (see above).
     """
 
     def __init__(
@@ -218,6 +313,7 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         fused: bool = False,
+        record_weights: bool | None = None,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
@@ -229,12 +325,15 @@ class MultiHeadAttention(nn.Module):
             )
         d_k = check_positive_int("d_k", d_model // n_heads if d_k is None else d_k)
         d_v = check_positive_int("d_v", d_model // n_heads if d_v is None else d_v)
+        if record_weights not in (None, True, False):
+            raise ValueError(f"record_weights must be None, True or False, got {record_weights!r}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_k = d_k
         self.d_v = d_v
         self.dropout = check_dropout(dropout)
         self.fused = fused
+        self.record_weights = record_weights
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=bias)
@@ -265,6 +364,30 @@ class MultiHeadAttention(nn.Module):
         self._check_input({"q": "query", "k": "key", "v": "value"}[which], x)
         return split_heads(layers[which](x), self.n_heads)
 
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's three projections as one matrix multiplication.
+
+        `x (B, T, d_model)` -> heads `q, k (B, h, T, d_k)`, `v (B, h, T, d_v)`; the same
+        numbers as three `project` calls: `[W_Q; W_K; W_V]` stacked is one linear map.
+        """
+        self._check_input("query", x)
+        weight = torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight])
+        bias = None
+        if self.w_q.bias is not None:
+            bias = torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias])
+        qk = self.n_heads * self.d_k
+        q, k, v = F.linear(x, weight, bias).split([qk, qk, self.n_heads * self.d_v], dim=-1)
+        return (
+            split_heads(q, self.n_heads),
+            split_heads(k, self.n_heads),
+            split_heads(v, self.n_heads),
+        )
+
+    def _keeps_weights(self) -> bool:
+        if self.record_weights is None:
+            return not (self.training and torch.is_grad_enabled())
+        return self.record_weights
+
     def attend(
         self, q_heads: Tensor, k_heads: Tensor, v_heads: Tensor, mask: Tensor | None = None
     ) -> Tensor:
@@ -284,7 +407,7 @@ class MultiHeadAttention(nn.Module):
             self.attn_weights = None
         else:
             out, weights = scaled_dot_product_attention(q_heads, k_heads, v_heads, mask, dropout_p)
-            self.attn_weights = weights.detach()
+            self.attn_weights = weights.detach() if self._keeps_weights() else None
         return self.w_o(merge_heads(out))
 
     @staticmethod
@@ -306,7 +429,12 @@ class MultiHeadAttention(nn.Module):
         return out.masked_fill(~row_has_key, 0.0)
 
     def forward(
-        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: AttentionCache | None = None,
     ) -> Tensor:
         """Multi-head attention.
 
@@ -315,7 +443,9 @@ class MultiHeadAttention(nn.Module):
             key:   `(B, S, d_model)`.
             value: `(B, S, d_model)`.
             mask:  bool, `True` = may attend, broadcastable to `(B, h, T, S)`, e.g.
-                `(B, 1, 1, S)` padding or `(T, S)` causal.
+                `(B, 1, 1, S)` padding or `(T, S)` causal. With a self-attention cache, S
+                counts the cached positions too: `(T, T_cached + T)`.
+            cache: an `AttentionCache` for incremental decoding (see the class docstring).
 
         Returns:
             `(B, T, d_model)`.
@@ -333,7 +463,35 @@ class MultiHeadAttention(nn.Module):
                 f"key and value must have the same length, got key {tuple(key.shape)} and "
                 f"value {tuple(value.shape)}"
             )
-        q = self.project(query, "q")
-        k = self.project(key, "k")
-        v = self.project(value, "v")
+        if cache is not None:
+            return self._forward_cached(query, key, value, mask, cache)
+        if self.fused and query is key and key is value:
+            q, k, v = self.project_qkv(query)
+        else:
+            q, k, v = self.project(query, "q"), self.project(key, "k"), self.project(value, "v")
+        return self.attend(q, k, v, mask)
+
+    def _forward_cached(
+        self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, cache: AttentionCache
+    ) -> Tensor:
+        if not isinstance(cache, AttentionCache):
+            raise ValueError(f"cache must be an AttentionCache, got {type(cache).__name__}")
+        if cache.k is not None and cache.k.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"the cache holds a batch of {cache.k.shape[0]}, but the query has batch size "
+                f"{query.shape[0]}; start a new cache (or reorder it) for another batch"
+            )
+        if cache.static:  # cross-attention: keys/values of the source, projected once
+            q = self.project(query, "q")
+            if cache.k is None:
+                cache.k, cache.v = self.project(key, "k"), self.project(value, "v")
+            return self.attend(q, cache.k, cache.v, mask)
+        if self.fused and query is key and key is value:
+            q, k, v = self.project_qkv(query)
+        else:
+            q, k, v = self.project(query, "q"), self.project(key, "k"), self.project(value, "v")
+        if cache.k is not None:
+            k = torch.cat([cache.k, k], dim=2)
+            v = torch.cat([cache.v, v], dim=2)
+        cache.k, cache.v = k, v
         return self.attend(q, k, v, mask)

@@ -15,6 +15,7 @@ __all__ = [
     "check_positive_float",
     "check_dropout",
     "check_token_ids",
+    "check_token_range",
     "check_features",
     "check_memory",
 ]
@@ -44,6 +45,25 @@ def check_token_ids(tokens: object, name: str = "tokens") -> None:
         )
     if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
         raise ValueError(f"{name} must be an integer tensor of token ids, got {tokens.dtype}")
+
+
+def check_token_range(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
+    """`ValueError` unless every id of `tokens` is in `[0, vocab_size)`.
+
+    Reading the smallest and largest id needs their values on the host. On the CPU that is
+    free; on a GPU it would stall the forward pass until the device catches up (a host-device
+    synchronisation every step), so there the check is skipped: an id out of range then
+    trips CUDA's own device-side assert in the lookup. Code outside the hot path (decoding
+    entry points, data loaders) calls this on CPU tensors.
+    """
+    if tokens.device.type != "cpu" or tokens.numel() == 0:
+        return
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(
+            f"{name}: token ids must be in [0, {vocab_size}) for vocab_size {vocab_size}, "
+            f"got ids in [{lo}, {hi}]"
+        )
 
 
 def check_optional_positive_int(name: str, value: object) -> int | None:

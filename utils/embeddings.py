@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.checks import check_dropout, check_positive_int
+from utils.checks import check_dropout, check_positive_int, check_token_ids, check_token_range
 
 __all__ = [
     "tokenize",
@@ -182,18 +182,13 @@ class TokenEmbedding(nn.Module):
         )
 
     def forward(self, tokens: Tensor) -> Tensor:
-        """`tokens (B, S)` integer ids in `[0, vocab_size)` -> `(B, S, d_model)`."""
-        if not isinstance(tokens, Tensor):
-            raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
-        if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
-            raise ValueError(f"tokens must be an integer tensor of token ids, got {tokens.dtype}")
-        if tokens.numel() > 0:
-            lo, hi = int(tokens.min()), int(tokens.max())
-            if lo < 0 or hi >= self.vocab_size:
-                raise ValueError(
-                    f"token ids must be in [0, {self.vocab_size}) for vocab_size "
-                    f"{self.vocab_size}, got ids in [{lo}, {hi}]"
-                )
+        """`tokens (B, S)` integer ids in `[0, vocab_size)` -> `(B, S, d_model)`.
+
+        Ids are range-checked on the CPU; on a GPU the check would cost a host-device
+        synchronisation every step, so it is left to the lookup (`check_token_range`).
+        """
+        check_token_ids(tokens)
+        check_token_range(tokens, self.vocab_size)
         x = F.embedding(tokens, self.weight, padding_idx=self.padding_idx)
         return x * math.sqrt(self.d_model) if self.scale else x
 
@@ -239,12 +234,17 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     return pe.to(torch.get_default_dtype())
 
 
-def _check_positions(x: Tensor, d_model: int, max_len: int) -> None:
+def _check_positions(x: Tensor, d_model: int, max_len: int, offset: int = 0) -> None:
     if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x must be a 3-D tensor (batch, seq, d_model={d_model}), got {shape}")
-    if x.shape[1] > max_len:
-        raise ValueError(f"sequence length {x.shape[1]} exceeds max_len {max_len}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    if offset + x.shape[1] > max_len:
+        where = f"positions {offset}..{offset + x.shape[1] - 1}" if offset else (
+            f"sequence length {x.shape[1]}"
+        )
+        raise ValueError(f"{where} exceeds max_len {max_len} of the positional encoding")
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -266,10 +266,13 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """`x (B, S, d_model)`, `S <= max_len` -> `(B, S, d_model)`."""
-        _check_positions(x, self.d_model, self.max_len)
-        return self.dropout(x + self.pe[: x.shape[1]].to(x.dtype))
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """`x (B, S, d_model)` at positions `offset .. offset+S-1` (< max_len) -> `(B, S, d_model)`.
+
+        `offset` > 0 is for incremental decoding: a new token at position t must get PE(t).
+        """
+        _check_positions(x, self.d_model, self.max_len, offset)
+        return self.dropout(x + self.pe[offset : offset + x.shape[1]].to(x.dtype))
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -291,7 +294,7 @@ class LearnedPositionalEncoding(nn.Module):
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """`x (B, S, d_model)`, `S <= max_len` -> `(B, S, d_model)`."""
-        _check_positions(x, self.d_model, self.max_len)
-        return self.dropout(x + self.embedding.weight[: x.shape[1]])
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """`x (B, S, d_model)` at positions `offset .. offset+S-1` -> `(B, S, d_model)`."""
+        _check_positions(x, self.d_model, self.max_len, offset)
+        return self.dropout(x + self.embedding.weight[offset : offset + x.shape[1]])

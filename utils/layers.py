@@ -9,10 +9,11 @@
 Shapes are batch first: `x` is `(batch, seq, d_model)`. Masks are boolean with `True` = may
 attend, broadcastable to `(batch, heads, queries, keys)` (build them with `utils.masks`).
 
-Planned seam for Part III (incremental decoding, notebook 11): a key/value cache will be
-threaded through as an extra keyword argument `cache=None` of `DecoderLayer.forward` that is
-passed on to `MultiHeadAttention`; the sublayer closures below already hand the attention
-call its arguments, so neither `SublayerConnection` nor the layer structure has to change.
+Key/value cache (notebook 11): one design, `utils.attention.KVCache`. A layer's forward
+takes the `AttentionCache` of each of its attention blocks (`cache` for `EncoderLayer`, which
+the decoder-only model stacks under a causal mask; `self_cache` and `cross_cache` for
+`DecoderLayer`) and hands it to `MultiHeadAttention`; the layer structure is unchanged.
+`use_fast_path(module)` switches every attention block and LayerNorm to the fast path.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.attention import MultiHeadAttention
+from utils.attention import AttentionCache, MultiHeadAttention
 from utils.checks import (
     check_dropout,
     check_features,
@@ -38,6 +40,7 @@ __all__ = [
     "SublayerConnection",
     "EncoderLayer",
     "DecoderLayer",
+    "use_fast_path",
 ]
 
 
@@ -105,6 +108,8 @@ class LayerNorm(nn.Module):
     Args:
         d_model: number of features normalised together.
         eps: added to the variance for numerical stability.
+        fused: compute it with `torch.nn.functional.layer_norm`, one kernel instead of the
+            six elementwise passes written out below (same numbers within float rounding).
 
     Shapes:
         x: `(..., d_model)` -> `(..., d_model)`.
@@ -114,12 +119,13 @@ class LayerNorm(nn.Module):
         bias: `(d_model,)`, initialised to zeros.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, fused: bool = False) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_float("eps", eps)
         self.d_model = d_model
         self.eps = float(eps)
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
@@ -132,12 +138,14 @@ class LayerNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> `(..., d_model)`."""
         check_features("x", x, self.d_model, ndim=None)
+        if self.fused:  # the same formula in one kernel (the fast path used for training)
+            return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         mean = x.mean(dim=-1, keepdim=True)
         var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d_model
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
+        return f"{self.d_model}, eps={self.eps}, fused={self.fused}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,10 +246,17 @@ class EncoderLayer(nn.Module):
             SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
         )
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """`(batch, S, d_model)` -> `(batch, S, d_model)`."""
+    def forward(
+        self, x: Tensor, mask: Tensor | None = None, cache: AttentionCache | None = None
+    ) -> Tensor:
+        """`(batch, S, d_model)` -> `(batch, S, d_model)`.
+
+        `cache` is for the decoder-only model (notebook 13), which stacks these same layers
+        under a causal mask: the self-attention keys/values of earlier positions are kept
+        there and `x` holds only the new positions.
+        """
         check_features("x", x, self.d_model)
-        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=mask))
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=mask, cache=cache))
         return self.sublayers[1](x, self.ffn)
 
 
@@ -251,8 +266,7 @@ class DecoderLayer(nn.Module):
     Self-attention lets each target position look at earlier target positions (`tgt_mask`
     makes it causal); cross-attention takes its queries from the decoder and its keys and
     values from the encoder output `memory` (`memory_mask` hides source padding).
-    Incremental decoding (notebook 11) will add a `cache=None` keyword here and pass it to
-    both attentions; nothing else in the layer changes.
+    Incremental decoding (notebook 11) passes one `AttentionCache` to each attention.
 
     Args:
         d_model, n_heads, d_ff: the paper's sizes.
@@ -300,12 +314,21 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
+        self_cache: AttentionCache | None = None,
+        cross_cache: AttentionCache | None = None,
     ) -> Tensor:
-        """`x` `(batch, T, d_model)`, `memory` `(batch, S, d_model)` -> `(batch, T, d_model)`."""
+        """`x` `(batch, T, d_model)`, `memory` `(batch, S, d_model)` -> `(batch, T, d_model)`.
+
+        Incremental decoding (notebook 11) passes `self_cache` (keys/values of the earlier
+        target positions; `x` is then only the new positions, and `tgt_mask` is
+        `(T, T_cached + T)`) and `cross_cache` (the memory's keys/values, projected once).
+        """
         check_features("x", x, self.d_model)
         check_memory(x, memory, self.d_model)
-        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=tgt_mask))
-        x = self.sublayers[1](x, lambda y: self.cross_attn(y, memory, memory, mask=memory_mask))
+        x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask, self_cache))
+        x = self.sublayers[1](
+            x, lambda y: self.cross_attn(y, memory, memory, memory_mask, cross_cache)
+        )
         return self.sublayers[2](x, self.ffn)
 
 
@@ -327,3 +350,18 @@ def _check_layer_config(
         raise ValueError(
             f"n_heads={n_heads} must divide d_model={d_model} when d_k or d_v is not given"
         )
+
+
+def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
+    """Switch every attention block and LayerNorm inside `module` to the fast path (or back).
+
+    The fast path (packed Q/K/V projection, PyTorch's fused attention kernel, one-kernel
+    LayerNorm) computes the same function as the readable one within float rounding, keeps
+    no attention weights, and is what training uses. Returns `module`.
+    """
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled must be a bool, got {enabled!r}")
+    for m in module.modules():
+        if isinstance(m, MultiHeadAttention | LayerNorm):
+            m.fused = enabled
+    return module

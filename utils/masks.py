@@ -51,11 +51,19 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     return (tokens != pad_id)[:, None, None, :]
 
 
-def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
-    """No peeking: bool `(size, size)`, lower-triangular; query i may attend keys j <= i."""
+def causal_mask(size: int, device: torch.device | str | None = None, offset: int = 0) -> Tensor:
+    """No peeking: bool `(size, offset + size)`; query i may attend keys j <= offset + i.
+
+    With `offset = 0` (training, a whole sequence at once) it is the square lower-triangular
+    mask. With a key/value cache holding `offset` earlier positions, the `size` new queries
+    sit at positions `offset .. offset+size-1` and may see every cached key and the new keys
+    up to their own position.
+    """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be a positive int, got {size!r}")
-    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+    return torch.ones(size, offset + size, dtype=torch.bool, device=device).tril(diagonal=offset)
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

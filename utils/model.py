@@ -10,9 +10,10 @@
 Shapes are batch first: token ids `(batch, seq)`, hidden states `(batch, seq, d_model)`,
 logits `(batch, seq, vocab)`. Masks are boolean with `True` = may attend.
 
-Seam for Part III (notebook 11): decoding calls `encode` once and `decode` once per step;
-greedy and beam search need nothing else, and a key/value cache will be an extra keyword
-argument of `decode` threaded through `Decoder` to each `DecoderLayer`.
+Decoding (notebook 11) calls `encode` once and `decode` once per step. With a key/value
+cache (`init_cache()`, a `utils.attention.KVCache`), each `decode` call takes only the new
+target positions: they are embedded at their true positions (`cache.length` onwards), attend
+to the cached keys/values, and the cross-attention projects the memory once per source.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from utils.attention import KVCache
 from utils.checks import (
     check_dropout,
     check_features,
@@ -39,8 +41,8 @@ from utils.embeddings import (
     TokenEmbedding,
     tie_weights,
 )
-from utils.layers import DecoderLayer, EncoderLayer, LayerNorm
-from utils.masks import padding_mask, target_mask
+from utils.layers import DecoderLayer, EncoderLayer, LayerNorm, use_fast_path
+from utils.masks import causal_mask, padding_mask, target_mask
 
 __all__ = [
     "TransformerConfig",
@@ -83,6 +85,12 @@ class TransformerConfig:
             embedding, the target embedding and the generator. Needs one shared vocabulary.
         positional: "sinusoidal" (the paper) or "learned" (Table 3, row E).
         pad_id: the padding token id, used to build masks when none are given.
+        bos_id, eos_id: the begin- and end-of-sequence ids decoding starts and stops with
+            (the book's `Vocab` uses pad 0, bos 1, eos 2).
+        fused: build every attention block and LayerNorm on the fast path (packed Q/K/V,
+            PyTorch's fused attention kernel, one-kernel LayerNorm): the same function
+            within float rounding, no attention weights kept; what training uses.
+            `utils.layers.use_fast_path(model, enabled)` flips it later.
 
     Raises:
         ValueError: for any inconsistent or out-of-range value, naming it.
@@ -102,6 +110,9 @@ class TransformerConfig:
     share_embeddings: bool = False
     positional: str = "sinusoidal"
     pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    fused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff"):
@@ -116,7 +127,7 @@ class TransformerConfig:
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_k or d_v "
                 f"is not given (they default to d_model // n_heads)"
             )
-        for name in ("norm_first", "share_embeddings"):
+        for name in ("norm_first", "share_embeddings", "fused"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.positional not in POSITIONAL_ENCODINGS:
@@ -140,6 +151,20 @@ class TransformerConfig:
             raise ValueError(
                 f"pad_id must be an int in [0, {min(self.src_vocab_size, self.tgt_vocab_size)}) "
                 f"(a valid id in both vocabularies), got {self.pad_id!r}"
+            )
+        for name in ("bos_id", "eos_id"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not (
+                0 <= value < self.tgt_vocab_size
+            ):
+                raise ValueError(
+                    f"{name} must be an int in [0, {self.tgt_vocab_size}) (a target id), "
+                    f"got {value!r}"
+                )
+        if len({self.pad_id, self.bos_id, self.eos_id}) != 3:
+            raise ValueError(
+                f"pad_id, bos_id and eos_id must differ, got {self.pad_id}, {self.bos_id}, "
+                f"{self.eos_id}"
             )
 
     @property
@@ -276,12 +301,27 @@ class Decoder(nn.Module):
         memory: Tensor,
         tgt_mask: Tensor | None = None,
         memory_mask: Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
-        """`x (batch, T, d_model)`, `memory (batch, S, d_model)` -> `(batch, T, d_model)`."""
+        """`x (batch, T, d_model)`, `memory (batch, S, d_model)` -> `(batch, T, d_model)`.
+
+        With `cache` (a `KVCache` with cross-attention caches, one per layer), `x` holds only
+        the new positions and each layer reads and extends its caches.
+        """
         check_features("x", x, self.d_model)
         check_memory(x, memory, self.d_model)
-        for layer in self.layers:
-            x = layer(x, memory, tgt_mask, memory_mask)
+        if cache is not None:
+            if not isinstance(cache, KVCache) or len(cache.self_attn) != len(self.layers):
+                raise ValueError(
+                    f"cache must be a KVCache with {len(self.layers)} layers, got {cache!r}"
+                )
+            if len(cache.cross_attn) != len(self.layers):
+                raise ValueError("an encoder-decoder needs a KVCache built with cross=True")
+        for i, layer in enumerate(self.layers):
+            if cache is None:
+                x = layer(x, memory, tgt_mask, memory_mask)
+            else:
+                x = layer(x, memory, tgt_mask, memory_mask, cache.self_attn[i], cache.cross_attn[i])
         return x if self.norm is None else self.norm(x)
 
 
@@ -376,6 +416,8 @@ class Transformer(nn.Module):
             tie_weights(self.tgt_embed.token, self.src_embed.token)
             tie_weights(self.generator.proj, self.src_embed.token)
         self.reset_parameters()
+        if config.fused:
+            use_fast_path(self)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -416,12 +458,17 @@ class Transformer(nn.Module):
             src_mask = self.make_src_mask(src)
         return self.encoder(self.src_embed(src), src_mask)
 
+    def init_cache(self) -> KVCache:
+        """An empty key/value cache for incremental decoding with `decode(..., cache=...)`."""
+        return KVCache(self.config.n_layers, cross=True)
+
     def decode(
         self,
         tgt: Tensor,
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
         """Target ids `(batch, T)` and memory `(batch, S, d_model)` -> hidden `(batch, T, d_model)`.
 
@@ -429,11 +476,32 @@ class Transformer(nn.Module):
         source padding from cross-attention; `decode` cannot rebuild it from `memory`, so
         pass the mask used in `encode` (`forward` does). `None` lets every query attend
         every memory position. Apply `generator` to get logits.
+
+        With `cache` (from `init_cache()`), `tgt` holds only the *new* target positions:
+        they are embedded at positions `cache.length ..`, `tgt_mask` defaults to the causal
+        mask `(T, cache.length + T)` (no target padding: in decoding, positions after a
+        sequence's `<eos>` are never read), and `cache.length` grows by T. The hidden states
+        equal those of the full recomputation at the same positions (tests: 1e-5).
         """
         check_token_ids(tgt, "tgt")
+        if cache is None:
+            if tgt_mask is None:
+                tgt_mask = self.make_tgt_mask(tgt)
+            return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, src_mask)
+        if not isinstance(cache, KVCache):
+            raise ValueError(f"cache must be a KVCache (from init_cache()), got {cache!r}")
+        if cache.batch_size is not None and cache.batch_size != tgt.shape[0]:
+            raise ValueError(
+                f"the cache holds a batch of {cache.batch_size}, but tgt has batch size "
+                f"{tgt.shape[0]}; start a new cache (or reorder it) for another batch"
+            )
+        offset = cache.length
+        x = self.tgt_embed.position(self.tgt_embed.token(tgt), offset=offset)
         if tgt_mask is None:
-            tgt_mask = self.make_tgt_mask(tgt)
-        return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, src_mask)
+            tgt_mask = causal_mask(tgt.shape[1], device=tgt.device, offset=offset)
+        out = self.decoder(x, memory, tgt_mask, src_mask, cache=cache)
+        cache.length = offset + tgt.shape[1]
+        return out
 
     def forward(
         self,
