@@ -75,7 +75,8 @@ def test_cached_decoding_equals_full_recomputation(fused: bool, norm_first: bool
         cache = model.init_cache()
         steps = [model.generator(model.decode(tgt[:, :3], memory, src_mask, cache=cache))]
         for t in range(3, 9):
-            steps.append(model.generator(model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)))
+            hidden = model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)
+            steps.append(model.generator(hidden))
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
     assert cache.length == 9
 
