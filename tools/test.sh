@@ -3,7 +3,8 @@
 #   1. ruff over utils/, tests/, tools/ and the notebooks;
 #   2. notebook hygiene (clean top-to-bottom runs, the shared setup cell, no stray metadata);
 #   3. the LaTeX check: every formula typesets in MathJax 3 (installs mathjax-full via npm once);
-#   4. pytest over tests/ and nbval (strict) over every notebook, on 2 workers.
+#   4. pytest over tests/ and nbval (strict) over every notebook, on 2 workers;
+#   5. the HTML book: built, then every page checked in headless Chromium.
 # Runs every step even when an earlier one fails, and exits non-zero if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,28 @@ fi
 step "pytest: unit tests and nbval over every notebook"
 "$PY" -m pytest -n 2 --dist loadscope tests notebooks \
     --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg "$@" || status=1
+
+step "HTML book: build and browser check"
+# Builds _build/html from the committed notebooks, then opens every page in Chromium
+# (requirements-book.txt and Debian's chromium; .ci/run installs both). Without them the
+# step is skipped with one line, except under CI=true, where that is a failure.
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAILED: chromium is not installed (CI=true needs it: apt-get install chromium)"
+        status=1
+    else
+        echo "skipped: chromium is not installed (apt-get install chromium)"
+    fi
+elif ! "$PY" -c "import sphinx, myst_nb, sphinx_book_theme, websocket" 2>/dev/null; then
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAILED: the book's packages are missing (pip install -r requirements-book.txt)"
+        status=1
+    else
+        echo "skipped: the book's packages are not installed (pip install -r requirements-book.txt)"
+    fi
+else
+    { "$PY" tools/build_book.py && "$PY" tools/check_book.py; } || status=1
+fi
 
 if [ "$status" -ne 0 ]; then
     echo "FAILED: see the steps above"

@@ -1,0 +1,296 @@
+"""Build the book as a static HTML site that reads offline: ``_build/html/index.html``.
+
+Usage::
+
+    pip install -r requirements-book.txt     # once, into the book's environment
+    python tools/build_book.py               # then open _build/html/index.html
+
+What it does:
+
+1. Stages the sources in ``_build/src``: every notebook of ``tools.book.notebook_paths()`` (so
+   a new notebook joins the book, in reading order, without any edit here), ``figures/``, and a
+   landing page made from the README's opening and its table of contents.
+2. Runs Sphinx with myst-nb and **execution off**: the pages show the outputs committed in the
+   notebooks, which are never re-run. Theme: sphinx-book-theme, with a button on every notebook
+   page to open it in Colab and one to download its ``.ipynb``.
+3. Copies MathJax 3 (``mathjax-full``, the npm package the LaTeX check installs into
+   ``tools/latex``) into ``_build/html/_static/mathjax``: no page asks a CDN for anything.
+   MathJax gets the configuration of the LaTeX check (``tools/latex/check_tex.mjs``), which is
+   JupyterLab's without the packages that hide errors, so a formula that passes the check
+   renders here as in Jupyter, and one that does not shows as an error the browser check sees.
+
+Warnings fail the build (a broken cross-reference is a broken book). ``tools/check_book.py``
+then opens every page in Chromium and checks what a reader would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `tools` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.book import REPO_URL, ROOT, notebook_paths
+
+BUILD = ROOT / "_build"
+SRC = BUILD / "src"
+HTML = BUILD / "html"
+DOCTREES = BUILD / "doctrees"
+LATEX_DIR = ROOT / "tools" / "latex"
+MATHJAX_ES5 = LATEX_DIR / "node_modules" / "mathjax-full" / "es5"
+MATHJAX_BUNDLE = "tex-chtml-full.js"  # TeX input, CommonHTML output, as Jupyter renders
+COLAB_URL = "https://colab.research.google.com"
+TITLE = "Attention, derived"
+
+# The delimiters and options of the LaTeX check (tools/latex/check_tex.mjs, FIND_OPTIONS),
+# which are Jupyter's.
+TEX_OPTIONS = {
+    "inlineMath": [["$", "$"], ["\\(", "\\)"]],
+    "displayMath": [["$$", "$$"], ["\\[", "\\]"]],
+    "processEscapes": True,
+    "processEnvironments": True,
+    "processRefs": True,
+}
+class BookBuildError(RuntimeError):
+    """The book could not be built; the message says why."""
+
+
+def ensure_mathjax() -> None:
+    """Install mathjax-full into tools/latex (as the test command does) if it is missing."""
+    if (MATHJAX_ES5 / MATHJAX_BUNDLE).is_file():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise BookBuildError(
+            "MathJax is not installed in tools/latex and npm is not on PATH; install Node.js, "
+            "then run: npm ci --prefix tools/latex --no-audit --no-fund"
+        )
+    print("installing mathjax-full into tools/latex (npm ci) ...", flush=True)
+    subprocess.run([npm, "ci", "--prefix", str(LATEX_DIR), "--no-audit", "--no-fund",
+                    "--loglevel=error"], check=True)
+
+
+def mathjax_packages() -> list[str]:
+    """The TeX packages the LaTeX check compiles with (``PACKAGES`` of check_tex.mjs).
+
+    Read from the check itself, so the web and the check cannot drift apart. Importing the
+    module also runs its check on standard input; we give it an empty list.
+    """
+    node = shutil.which("node")
+    if node is None:
+        raise BookBuildError("Node.js ('node') is not on PATH: it reads MathJax's package list")
+    script = (
+        f"const m = await import({json.dumps((LATEX_DIR / 'check_tex.mjs').as_uri())});"
+        "process.stdout.write('PACKAGES ' + JSON.stringify(m.PACKAGES) + '\\n');"
+    )
+    run = subprocess.run([node, "--input-type=module", "-e", script], input="[]",
+                         capture_output=True, text=True, cwd=LATEX_DIR, check=False)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("PACKAGES ")]
+    if run.returncode != 0 or not lines:
+        raise BookBuildError(f"cannot read the package list of check_tex.mjs:\n{run.stderr}")
+    packages = json.loads(lines[-1].removeprefix("PACKAGES "))
+    if "base" not in packages or "noerrors" in packages:
+        raise BookBuildError(f"unexpected MathJax package list from check_tex.mjs: {packages}")
+    return packages
+
+
+def mathjax_config(packages: list[str]) -> dict:
+    """``window.MathJax`` for every page: the LaTeX check's packages and delimiters.
+
+    As in Jupyter, MathJax looks for maths in the whole page (code and ``pre`` excepted), so
+    a formula that MyST did not mark as maths is still typeset; what neither finds stays raw
+    TeX, which the browser check reports.
+    """
+    return {
+        "tex": {"packages": packages, **TEX_OPTIONS},
+        "chtml": {"matchFontHeight": True},
+    }
+
+
+def _first_heading(path: Path) -> str:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            for line in source.splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return path.stem
+
+
+_LINK = re.compile(r"(\]\()([^)\s]+)(\))")
+
+
+def _landing_page(readme: str, staged: set[str], docs: list[str]) -> str:
+    """The README down to its contents table, as the book's first page, plus the navigation.
+
+    Relative links to files the site does not hold (``utils/``, ``tools/book.py``, ...) point
+    to the repository instead, so that no link on the page is dead.
+    """
+    head = readme.split("\n## Quickstart", 1)[0].rstrip() + "\n"
+
+    def relink(match: re.Match[str]) -> str:
+        target = match.group(2)
+        path = target.split("#", 1)[0]
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#") or path in staged:
+            return match.group(0)
+        kind = "tree" if (ROOT / path).is_dir() else "blob"
+        return f"{match.group(1)}{REPO_URL.rstrip('/')}/{kind}/main/{path}{match.group(3)}"
+
+    head = _LINK.sub(relink, head)
+    toctree = "\n".join(docs)
+    return (
+        f"{head}\n"
+        "## Reading this edition\n\n"
+        "These pages show each notebook with the outputs it is committed with. The buttons at "
+        "the top of a notebook's page open it in Google Colab or download the `.ipynb`; see "
+        f"the [repository]({REPO_URL}) to run the book on your own machine.\n\n"
+        f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: Notebooks\n\n{toctree}\n```\n"
+    )
+
+
+def stage() -> list[str]:
+    """Lay out the sources in _build/src as the repository lays them out; return the docnames."""
+    if SRC.exists():
+        shutil.rmtree(SRC)
+    (SRC / "notebooks").mkdir(parents=True)
+    paths = notebook_paths()
+    if not paths:
+        raise BookBuildError("no notebooks found in notebooks/")
+    staged: set[str] = set()
+    for path in paths:
+        shutil.copy2(path, SRC / "notebooks" / path.name)
+        staged.add(f"notebooks/{path.name}")
+    if (ROOT / "figures").is_dir():
+        shutil.copytree(ROOT / "figures", SRC / "figures")
+        staged |= {p.relative_to(SRC).as_posix() for p in (SRC / "figures").rglob("*")}
+    docs = [f"notebooks/{p.stem}" for p in paths]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (SRC / "index.md").write_text(_landing_page(readme, staged, docs), encoding="utf-8")
+    return docs
+
+
+def sphinx_config(packages: list[str]) -> dict:
+    """Every Sphinx setting of the book (no conf.py: it is all here)."""
+    return {
+        "project": TITLE,
+        "author": "the authors of Attention, derived",
+        "copyright": "the authors of Attention, derived",
+        "language": "en",
+        "extensions": ["myst_nb"],
+        "root_doc": "index",
+        "exclude_patterns": [],
+        # myst-nb: render the committed outputs, never execute.
+        "nb_execution_mode": "off",
+        "nb_merge_streams": True,
+        # Markdown as Jupyter reads it: $...$, $$...$$ (also inside a paragraph), bare
+        # \begin{align}...\end{align}, <img> tags; headings get anchors for #links.
+        "myst_enable_extensions": ["dollarmath", "amsmath", "html_image"],
+        "myst_dmath_double_inline": True,
+        "myst_heading_anchors": 4,
+        "myst_update_mathjax": False,  # our MathJax options below
+        # MathJax 3 from the site itself.
+        "mathjax_path": f"mathjax/{MATHJAX_BUNDLE}",
+        "mathjax3_config": mathjax_config(packages),
+        # Theme: navigation in reading order, Colab and .ipynb buttons on notebook pages.
+        "html_theme": "sphinx_book_theme",
+        "html_title": TITLE,
+        "html_copy_source": True,
+        "html_sourcelink_suffix": "",  # _sources/notebooks/NN_x.ipynb is the notebook itself
+        "html_last_updated_fmt": None,
+        # Light by default (the figures have white backgrounds); the reader can switch. Left
+        # empty, the theme logs "Got invalid theme mode" on a reader's first visit.
+        "html_context": {"default_mode": "light"},
+        "html_theme_options": {
+            "repository_url": REPO_URL,
+            "repository_branch": "main",
+            "path_to_docs": "",
+            "use_repository_button": True,
+            "use_download_button": True,
+            "use_fullscreen_button": False,
+            "home_page_in_toc": True,
+            "show_navbar_depth": 1,
+            "launch_buttons": {"colab_url": COLAB_URL, "notebook_interface": "jupyterlab"},
+        },
+    }
+
+
+def copy_mathjax() -> None:
+    """MathJax's browser build into _static/mathjax: the bundle, its extensions, fonts, menu."""
+    target = HTML / "_static" / "mathjax"
+    if target.exists():
+        shutil.rmtree(target)
+    unused = shutil.ignore_patterns(  # the other combined bundles; each page loads one
+        "tex-svg*.js", "tex-mml-*.js", "mml-*.js", "tex-chtml.js", "tex-chtml-full-speech.js",
+        "node-main.js", "latest.js", "svg", "svg.js",
+    )
+    shutil.copytree(MATHJAX_ES5, target, ignore=unused)
+
+
+def build(*, quiet: bool = True) -> Path:
+    """Build the site into _build/html from the current tree; return index.html's path."""
+    from sphinx.application import Sphinx  # imported late: `--help` works without Sphinx
+
+    ensure_mathjax()
+    packages = mathjax_packages()
+    docs = stage()
+    for folder in (HTML, DOCTREES):
+        if folder.exists():
+            shutil.rmtree(folder)
+    warnings = _Tee()
+    app = Sphinx(
+        srcdir=SRC, confdir=None, outdir=HTML, doctreedir=DOCTREES, buildername="html",
+        confoverrides=sphinx_config(packages), status=None if quiet else sys.stdout,
+        warning=warnings, freshenv=True, warningiserror=True,
+    )
+    app.build()
+    if app.statuscode != 0 or warnings.text:
+        raise BookBuildError(f"Sphinx reported problems:\n{warnings.text}")
+    copy_mathjax()
+    missing = [d for d in ["index", *docs] if not (HTML / f"{d}.html").is_file()]
+    if missing:
+        raise BookBuildError(f"pages missing from the build: {missing}")
+    return HTML / "index.html"
+
+
+class _Tee:
+    """Sphinx's warning stream: echoed to stderr and kept for the error message."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        self.text += text
+        sys.stderr.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="show Sphinx's progress")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        index = build(quiet=not args.verbose)
+    except (BookBuildError, subprocess.CalledProcessError) as exc:
+        print(f"book build failed: {exc}", file=sys.stderr)
+        return 1
+    pages = len(notebook_paths()) + 1
+    print(f"book built: {pages} pages in {time.perf_counter() - start:.0f} s; "
+          f"open {index.relative_to(ROOT)} in a browser")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

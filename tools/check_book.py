@@ -1,0 +1,663 @@
+"""Open every page of the built HTML book in headless Chromium and check what a reader sees.
+
+Usage::
+
+    python tools/build_book.py                  # builds _build/html
+    python tools/check_book.py [SITE_DIR]       # default: _build/html
+
+Each page is opened from disk (``file://``, as a reader who double-clicks ``index.html`` would)
+in Debian's ``chromium``, driven through the DevTools protocol. The check fails, naming the
+page and the element, when:
+
+- MathJax shows an error (an ``mjx-merror`` element), fails to start, or leaves raw TeX
+  (``$...$``, ``$$``, ``\\(``, ``\\[``, ``\\begin{...}``) visible in the text outside code;
+- a notebook's formulas are fewer on its page than the LaTeX check finds in the notebook;
+- an image does not load (``naturalWidth == 0``), or a figure of the notebook is missing: a
+  code cell shows fewer images than its outputs hold, or the page fewer than the notebook;
+- an internal link points to a missing file or to an anchor its page does not have;
+- the page throws or logs a JavaScript error, fails to load a resource, or requests anything
+  outside the site (such requests are blocked, not sent);
+- a notebook's page has no link to open it in Colab or to download its ``.ipynb``.
+
+It saves two screenshots into ``_build/screenshots`` (``--screenshots DIR``): the notebook page
+with the most figures, scrolled to its first figure, and the one with the most display
+formulas, scrolled to where they are densest.
+
+Exit status: 0 every page passes, 1 some problem (listed), 2 Chromium or the site is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+BROWSERS = ("chromium", "chromium-browser")
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-extensions", "--mute-audio", "--remote-debugging-port=0",
+)
+VIEWPORT = (1280, 900)
+PAGE_TIMEOUT_S = 60.0
+# Requests a page may make without leaving the site: its own files and inline data.
+LOCAL_SCHEMES = ("file", "data", "blob", "about", "chrome-error")
+COLAB = "https://colab.research.google.com/"
+SKIP_DIRS = ("_static", "_sources", "_images", "_downloads")
+FIGURE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml", "image/webp")
+
+
+class BrowserMissing(RuntimeError):
+    """No Chromium executable was found."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    page: str  # path of the page inside the site, e.g. "notebooks/03_attention.html"
+    element: str  # which element: a formula, an image's src, a link's href, a cell, ...
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.element}: {self.message}"
+
+
+@dataclass
+class Report:
+    pages: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    formulas: int = 0
+    images: int = 0
+    links: int = 0
+    screenshots: list[Path] = field(default_factory=list)
+
+
+def find_chromium(explicit: str | None = None) -> str:
+    """The Chromium executable: ``explicit``, else $CHROMIUM, else the first of BROWSERS."""
+    chosen = explicit or os.environ.get("CHROMIUM")
+    for candidate in [chosen] if chosen else BROWSERS:
+        if path := shutil.which(candidate):
+            return path
+    raise BrowserMissing(f"Chromium is not installed: no {chosen or ' or '.join(BROWSERS)} "
+                         "(Debian: apt-get install chromium)")
+
+
+# ---------------------------------------------------------------------------------------
+# A minimal DevTools-protocol client: one websocket to the browser, one page session.
+
+
+class DevTools:
+    """Chromium started headless with a fresh profile; commands and events over CDP."""
+
+    def __init__(self, executable: str, width: int = VIEWPORT[0], height: int = VIEWPORT[1]):
+        import websocket  # websocket-client, pinned in requirements-book.txt
+
+        self._profile = tempfile.mkdtemp(prefix="check-book-chromium-")
+        self._log = open(Path(self._profile) / "chromium.log", "wb")  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            [executable, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
+             f"--window-size={width},{height}", "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
+        )
+        try:
+            port_file = Path(self._profile) / "DevToolsActivePort"
+            deadline = time.monotonic() + 30
+            while not (port_file.is_file() and len(port_file.read_text().splitlines()) >= 2):
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"Chromium did not start:\n{self._chromium_log()}")
+                time.sleep(0.05)
+            port, path = port_file.read_text().splitlines()[:2]
+            self._ws = websocket.create_connection(
+                f"ws://127.0.0.1:{port}{path}", suppress_origin=True, timeout=PAGE_TIMEOUT_S)
+            self._next_id = 0
+            self.events: list[dict] = []
+            target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)
+            attached = self.send("Target.attachToTarget",
+                                 {"targetId": target["targetId"], "flatten": True}, session=False)
+            self._session = attached["sessionId"]
+            for domain in ("Page", "Runtime", "Log", "Network"):
+                self.send(f"{domain}.enable")
+            # Nothing leaves the machine: requests outside the site are blocked (and reported).
+            self.send("Network.setBlockedURLs", {"urls": ["http://*", "https://*", "ws://*",
+                                                          "wss://*", "ftp://*"]})
+            self.send("Emulation.setDeviceMetricsOverride", {
+                "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+        except BaseException:
+            self.close()
+            raise
+
+    def _chromium_log(self) -> str:
+        self._log.flush()
+        return (Path(self._profile) / "chromium.log").read_text(errors="replace")[-2000:]
+
+    def send(self, method: str, params: dict | None = None, *, session: bool = True,
+             timeout: float = PAGE_TIMEOUT_S) -> dict:
+        """Send one command and return its result; events that arrive meanwhile are kept."""
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = self._session
+        self._ws.send(json.dumps(message))
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._receive(deadline, method)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error'].get('message')}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_for(self, event: str, timeout: float = PAGE_TIMEOUT_S) -> dict:
+        """Wait until ``event`` arrives (or has arrived since the last `take_events`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for message in self.events:
+                if message.get("method") == event:
+                    return message
+            self.events.append(self._receive(deadline, event))
+
+    def _receive(self, deadline: float, waiting_for: str) -> dict:
+        self._ws.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            return json.loads(self._ws.recv())
+        except Exception as exc:  # a timeout or a closed socket: say what we waited for
+            raise RuntimeError(f"no answer from Chromium to {waiting_for}: {exc!r}") from exc
+
+    def take_events(self) -> list[dict]:
+        events, self.events = self.events, []
+        return events
+
+    def evaluate(self, expression: str, timeout: float = PAGE_TIMEOUT_S):
+        """Evaluate a JS expression (awaiting a promise) and return its JSON value."""
+        result = self.send("Runtime.evaluate", {
+            "expression": expression, "awaitPromise": True, "returnByValue": True,
+        }, timeout=timeout)
+        if "exceptionDetails" in result:
+            details = result["exceptionDetails"]
+            text = details.get("exception", {}).get("description") or details.get("text")
+            raise RuntimeError(f"the check's own script failed in the page: {text}")
+        return result["result"].get("value")
+
+    def open(self, url: str) -> None:
+        """Navigate and wait for the load event."""
+        self.take_events()
+        reply = self.send("Page.navigate", {"url": url})
+        if reply.get("errorText"):
+            raise RuntimeError(f"cannot open {url}: {reply['errorText']}")
+        self.wait_for("Page.loadEventFired")
+
+    def screenshot(self, path: Path) -> None:
+        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        ws = getattr(self, "_ws", None)
+        if ws is not None:
+            ws.close()
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
+        shutil.rmtree(self._profile, ignore_errors=True)
+
+    def __enter__(self) -> DevTools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------------------
+# What the page reports about itself, once MathJax, images and fonts have settled.
+
+PAGE_SCRIPT = r"""
+(async () => {
+  const out = {mathjax: null, merrors: [], rawTex: [], images: [], cells: [], links: [],
+               ids: [], formulas: 0, displayFormulas: [], figureCount: 0, mathElements: 0};
+  const root = document.querySelector('article') || document.querySelector('main')
+               || document.body;
+  const section = (el) => {
+    const sec = el.closest('section');
+    if (!sec) return 'page';
+    const h = sec.querySelector('h1, h2, h3, h4, h5, h6');
+    const title = h ? h.textContent.replace(/[#¶]\s*$/, '').trim() : '';
+    return title ? `section "${title.slice(0, 60)}"` : `section #${sec.id}`;
+  };
+  const describe = (el) => {
+    let tag = el.tagName.toLowerCase();
+    if (el.id) tag += '#' + el.id;
+    else if (el.classList.length) tag += '.' + [...el.classList].slice(0, 2).join('.');
+    return `<${tag}> in ${section(el)}`;
+  };
+  const snippet = (s, n = 90) => {
+    s = s.replace(/\s+/g, ' ').trim();
+    return s.length > n ? s.slice(0, n) + ' ...' : s;
+  };
+
+  // MathJax: wait for its first typesetting, then collect errors.
+  out.mathElements = document.querySelectorAll('.math').length;
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    try { await MathJax.startup.promise; out.mathjax = 'ok'; }
+    catch (e) { out.mathjax = 'failed: ' + e; }
+  } else if (window.MathJax) {
+    out.mathjax = 'not loaded';
+  }
+  if (out.mathjax === 'ok') {
+    const items = [...MathJax.startup.document.math];
+    for (const merror of document.querySelectorAll('mjx-merror')) {
+      const container = merror.closest('mjx-container');
+      const item = items.find((it) => it.typesetRoot === container);
+      out.merrors.push({
+        where: describe(container ? container.parentElement : merror),
+        tex: item ? item.math : snippet(merror.textContent),
+        error: merror.getAttribute('data-mjx-error') || merror.textContent,
+      });
+    }
+  }
+  out.formulas = root.querySelectorAll('mjx-container').length;
+  for (const c of root.querySelectorAll('mjx-container[display="true"]')) {
+    out.displayFormulas.push(c.getBoundingClientRect().top + window.scrollY);
+  }
+
+  // Raw TeX in the text a reader sees (code, scripts and typeset maths excluded),
+  // gathered per block so a formula split by markup is still seen whole.
+  const SKIP = 'script, style, pre, code, kbd, samp, textarea, noscript, template, '
+             + 'mjx-container, .highlight, [aria-hidden="true"]';
+  const BLOCK = 'p, li, td, th, dt, dd, h1, h2, h3, h4, h5, h6, figcaption, blockquote, '
+              + 'div, span.math, section, article, main, body';
+  const blocks = new Map();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const parent = node.parentElement;
+    if (!parent || parent.closest(SKIP)) continue;
+    const block = parent.closest(BLOCK) || document.body;
+    blocks.set(block, (blocks.get(block) || '') + node.nodeValue);
+  }
+  const RAW = [
+    [/\$\$/, 'raw "$$" (display maths left as text)'],
+    [/(?<![\\$])\$(?!\$)[^$\n]*[^$\s\\]\$(?!\$)/, 'raw "$...$" (inline maths left as text)'],
+    [/\\\(|\\\)|\\\[|\\\]/, 'raw "\\(" or "\\[" delimiters (maths MathJax did not typeset)'],
+    [/\\(begin|end)\s*\{[^}]*\}/, 'raw "\\begin{...}" (an environment left as text)'],
+  ];
+  for (const [block, text] of blocks) {
+    for (const [re, what] of RAW) {
+      const m = text.match(re);
+      if (m) {
+        const at = Math.max(0, m.index - 30);
+        out.rawTex.push({where: describe(block), what, text: snippet(text.slice(at), 100)});
+        break;
+      }
+    }
+  }
+
+  // Images: let lazy ones load, then find those that did not.
+  const imgs = [...document.images];
+  await Promise.all(imgs.map((img) => {
+    img.loading = 'eager';
+    if (img.complete) return null;
+    return new Promise((resolve) => {
+      img.addEventListener('load', resolve);
+      img.addEventListener('error', resolve);
+      setTimeout(resolve, 10000);
+    });
+  }));
+  for (const img of imgs) {
+    out.images.push({where: describe(img), src: img.getAttribute('src') || '',
+                     ok: img.complete && img.naturalWidth > 0});
+  }
+  out.figureCount = root.querySelectorAll('img').length;
+  for (const cell of root.querySelectorAll('div.cell')) {
+    const source = cell.querySelector('.cell_input, .input_area, pre');
+    out.cells.push({images: cell.querySelectorAll('.cell_output img, .output img').length,
+                    source: source ? snippet(source.textContent, 60) : ''});
+  }
+
+  for (const a of document.querySelectorAll('a[href], link[rel="next"], link[rel="prev"]')) {
+    out.links.push({href: a.getAttribute('href'), url: a.href, where: describe(a),
+                    text: snippet(a.textContent, 40)});
+  }
+  for (const el of document.querySelectorAll('[id]')) out.ids.push(el.id);
+  for (const el of document.querySelectorAll('a[name]')) out.ids.push(el.getAttribute('name'));
+  await document.fonts.ready;
+  return out;
+})()
+"""
+
+SCROLL_SCRIPT = r"""
+(async (y) => {
+  window.scrollTo(0, Math.max(0, y));
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  await document.fonts.ready;
+  return window.scrollY;
+})(%s)
+"""
+
+FIRST_FIGURE_Y = r"""
+(() => {
+  const root = document.querySelector('article') || document.body;
+  const img = root.querySelector('.cell_output img') || root.querySelector('img');
+  return img ? img.getBoundingClientRect().top + window.scrollY : 0;
+})()
+"""
+
+
+# ---------------------------------------------------------------------------------------
+# What the page should show, from the notebook the site ships in _sources/.
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+_MD_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]+\)|<img\b", re.IGNORECASE)
+_REMOVED = {"remove-cell", "remove-output"}
+
+
+def expected_figures(notebook: Path) -> tuple[list[tuple[int, str, int]], int]:
+    """([(cell index, first source line, figures in its outputs)] per code cell, total).
+
+    A figure is a display output with an image, or an image in a markdown cell.
+    """
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    per_cell: list[tuple[int, str, int]] = []
+    total = 0
+    for index, cell in enumerate(nb.get("cells", [])):
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if "remove-cell" in tags:
+            continue
+        if cell.get("cell_type") == "markdown":
+            total += len(_MD_IMAGE.findall(_source(cell)))
+        elif cell.get("cell_type") == "code":
+            shown = 0 if tags & _REMOVED else sum(
+                any(m in output.get("data", {}) for m in FIGURE_MIMES)
+                for output in cell.get("outputs", []))
+            first = next((ln for ln in _source(cell).splitlines() if ln.strip()), "")
+            per_cell.append((index, first[:60], shown))
+            total += shown
+    return per_cell, total
+
+
+def notebook_formulas(notebook: Path) -> int | None:
+    """Formulas in the notebook's markdown as the LaTeX check counts them (None: no Node)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools.check_latex import LatexToolMissing, check_notebooks
+    finally:
+        sys.path.remove(str(ROOT))
+    try:
+        count, _ = check_notebooks([notebook])
+    except LatexToolMissing:
+        return None
+    return count
+
+
+class _Ids(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value and (name == "id" or (tag == "a" and name == "name")):
+                self.ids.add(value)
+
+
+def static_ids(page: Path) -> set[str]:
+    parser = _Ids()
+    parser.feed(page.read_text(encoding="utf-8", errors="replace"))
+    return parser.ids
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def site_pages(site: Path) -> list[Path]:
+    """Every HTML page of the site, index first, the theme's own folders left out."""
+    pages = [p for p in site.rglob("*.html")
+             if p.relative_to(site).parts[0] not in SKIP_DIRS]
+    return sorted(pages, key=lambda p: (p.name != "index.html" or p.parent != site, str(p)))
+
+
+def _page_name(site: Path, path: Path) -> str:
+    try:
+        return path.relative_to(site).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _event_problems(page: str, events: list[dict]) -> list[Problem]:
+    problems = []
+    urls = {}
+    for event in events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Network.requestWillBeSent":
+            url = params["request"]["url"]
+            urls[params["requestId"]] = url
+            if urlsplit(url).scheme not in LOCAL_SCHEMES:
+                initiator = params.get("initiator", {}).get("url") or params.get("type", "")
+                problems.append(Problem(page, f"request to {url}",
+                                        f"asks for something outside the site ({initiator})"))
+        elif method == "Network.loadingFailed":
+            url = urls.get(params["requestId"], "?")
+            if urlsplit(url).scheme in LOCAL_SCHEMES and not params.get("canceled"):
+                problems.append(Problem(page, f"resource {url}",
+                                        f"failed to load: {params.get('errorText')}"))
+        elif method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            text = details.get("exception", {}).get("description") or details.get("text", "")
+            where = f"script {details.get('url', '')}:{details.get('lineNumber', 0) + 1}"
+            problems.append(Problem(page, where, f"JavaScript error: {text.splitlines()[0]}"))
+        elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in params["args"])
+            problems.append(Problem(page, "console", f"JavaScript logged an error: {text}"))
+        elif method == "Log.entryAdded":
+            entry = params["entry"]
+            # network failures are reported from Network.loadingFailed, blocked requests above
+            if entry.get("level") == "error" and entry.get("source") != "network":
+                problems.append(Problem(page, f"console ({entry.get('source')})",
+                                        f"error logged: {entry.get('text')}"))
+    return problems
+
+
+def _content_problems(page: str, seen: dict) -> list[Problem]:
+    problems = []
+    if seen["mathjax"] not in (None, "ok"):
+        problems.append(Problem(page, "MathJax", f"did not typeset the page ({seen['mathjax']})"))
+    elif seen["mathjax"] is None and seen["mathElements"]:
+        problems.append(Problem(page, "MathJax", f"never loaded, and the page has "
+                                                 f"{seen['mathElements']} formulas"))
+    for m in seen["merrors"]:
+        problems.append(Problem(page, f'formula "{m["tex"]}" ({m["where"]})',
+                                f"MathJax error: {m['error']}"))
+    for r in seen["rawTex"]:
+        problems.append(Problem(page, f'{r["where"]}: "{r["text"]}"', r["what"]))
+    for img in seen["images"]:
+        if not img["ok"]:
+            problems.append(Problem(page, f"image {img['src']!r} ({img['where']})",
+                                    "did not load (naturalWidth == 0)"))
+    return problems
+
+
+def _figure_problems(page: str, notebook: Path, seen: dict) -> list[Problem]:
+    per_cell, total = expected_figures(notebook)
+    problems = []
+    if len(seen["cells"]) == len(per_cell):
+        for (index, first, want), got in zip(per_cell, seen["cells"], strict=True):
+            if got["images"] < want:
+                problems.append(Problem(page, f"code cell {index} ({first!r})",
+                                        f"the notebook has {want} figure(s) in its outputs, "
+                                        f"the page shows {got['images']}"))
+    if seen["figureCount"] < total and not problems:
+        problems.append(Problem(page, "article",
+                                f"the notebook has {total} figures, the page shows "
+                                f"{seen['figureCount']}"))
+    return problems
+
+
+def _link_problems(site: Path, page_path: Path, seen: dict,
+                   ids_of: dict[Path, set[str]]) -> list[Problem]:
+    page = _page_name(site, page_path)
+    problems = []
+    site_root = site.resolve()
+    for link in seen["links"]:
+        parts = urlsplit(link["url"])
+        if parts.scheme != "file":
+            continue
+        target = Path(unquote(parts.path)).resolve()
+        where = f"link {link['href']!r} ({link['where']})"
+        if not target.is_relative_to(site_root):
+            problems.append(Problem(page, where, "points outside the site"))
+            continue
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            problems.append(Problem(page, where,
+                                    f"points to a missing page: {_page_name(site_root, target)}"))
+            continue
+        fragment = unquote(parts.fragment)
+        if fragment and target.suffix == ".html":
+            if target not in ids_of:
+                ids_of[target] = static_ids(target)
+            if fragment not in ids_of[target]:
+                problems.append(Problem(page, where,
+                                        f"points to anchor #{fragment}, which "
+                                        f"{_page_name(site_root, target)} does not have"))
+    return problems
+
+
+def _notebook_page_problems(site: Path, page: str, notebook: Path, seen: dict) -> list[Problem]:
+    problems = []
+    name = notebook.name
+    hrefs = [link["url"] for link in seen["links"]]
+    if not any(h.startswith(COLAB) and h.endswith("/" + name) for h in hrefs):
+        problems.append(Problem(page, "header", f"no link to open {name} in Colab"))
+    if not any(urlsplit(h).scheme == "file" and Path(unquote(urlsplit(h).path)).resolve()
+               == notebook.resolve() for h in hrefs):
+        problems.append(Problem(page, "header", f"no link to download {name}"))
+    want = notebook_formulas(notebook)
+    if want is not None and seen["formulas"] < want:
+        problems.append(Problem(page, "article",
+                                f"{want} formulas in the notebook's markdown, "
+                                f"{seen['formulas']} typeset on the page"))
+    return problems
+
+
+def check_site(site: Path = SITE, *, browser: str | None = None,
+               screenshots: Path | None = SCREENSHOTS, progress: bool = False) -> Report:
+    """Open every page of ``site`` in Chromium; return the problems found.
+
+    Raises BrowserMissing if Chromium is not installed, FileNotFoundError if the site is.
+    """
+    site = site.resolve()
+    if not (site / "index.html").is_file():
+        raise FileNotFoundError(f"no built site at {site} (run: python tools/build_book.py)")
+    executable = find_chromium(browser)
+    report = Report()
+    ids_of: dict[Path, set[str]] = {}
+    seen_by_page: dict[Path, dict] = {}
+    with DevTools(executable) as chrome:
+        for path in site_pages(site):
+            page = _page_name(site, path)
+            started = time.perf_counter()
+            chrome.open(path.as_uri())
+            seen = chrome.evaluate(PAGE_SCRIPT)
+            time.sleep(0.05)  # let the last console and network events arrive
+            chrome.send("Runtime.evaluate", {"expression": "0"})
+            problems = _event_problems(page, chrome.take_events())
+            problems += _content_problems(page, seen)
+            notebook = site / "_sources" / Path(page).with_suffix(".ipynb")
+            if notebook.is_file():
+                problems += _figure_problems(page, notebook, seen)
+                problems += _notebook_page_problems(site, page, notebook, seen)
+            ids_of[path] = set(seen["ids"])
+            seen_by_page[path] = seen
+            report.pages.append(page)
+            report.problems += problems
+            report.formulas += seen["formulas"]
+            report.images += len(seen["images"])
+            report.links += len(seen["links"])
+            if progress:
+                print(f"  {page}: {seen['formulas']} formulas, {len(seen['images'])} images, "
+                      f"{len(problems)} problems ({time.perf_counter() - started:.1f} s)",
+                      flush=True)
+        for path, seen in seen_by_page.items():
+            report.problems += _link_problems(site, path, seen, ids_of)
+        if screenshots is not None:
+            report.screenshots = _screenshots(chrome, site, seen_by_page, screenshots)
+    return report
+
+
+def _screenshots(chrome: DevTools, site: Path, seen_by_page: dict[Path, dict],
+                 folder: Path) -> list[Path]:
+    """The notebook page with the most figures and the one with the most display maths."""
+    notebooks = {p: s for p, s in seen_by_page.items()
+                 if (site / "_sources" / p.relative_to(site).with_suffix(".ipynb")).is_file()}
+    if not notebooks:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    figures = max(notebooks, key=lambda p: (notebooks[p]["figureCount"], str(p)))
+    maths = max(notebooks, key=lambda p: (len(notebooks[p]["displayFormulas"]), str(p)))
+    shots = []
+    for kind, path in (("figures", figures), ("maths", maths)):
+        chrome.open(path.as_uri())
+        chrome.evaluate(PAGE_SCRIPT)  # waits for MathJax, images and fonts
+        if kind == "figures":
+            y = chrome.evaluate(FIRST_FIGURE_Y) - 120
+        else:  # where display formulas are densest within one screen
+            tops = sorted(notebooks[path]["displayFormulas"])
+            best = max(tops, key=lambda t: sum(t <= u < t + VIEWPORT[1] - 200 for u in tops),
+                       default=0)
+            y = best - 150
+        chrome.evaluate(SCROLL_SCRIPT % int(y))
+        shot = folder / f"{kind}_{path.stem}.png"
+        chrome.screenshot(shot)
+        chrome.take_events()
+        shots.append(shot)
+    return shots
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("site", nargs="?", type=Path, default=SITE,
+                        help="the built site (default: _build/html)")
+    parser.add_argument("--browser", help="Chromium executable (default: $CHROMIUM, chromium)")
+    parser.add_argument("--screenshots", type=Path, default=SCREENSHOTS,
+                        help="folder for the two screenshots (default: _build/screenshots)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="one line per page")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    try:
+        report = check_site(args.site, browser=args.browser, screenshots=args.screenshots,
+                            progress=args.verbose)
+    except (BrowserMissing, FileNotFoundError) as exc:
+        print(f"browser check cannot run: {exc}", file=sys.stderr)
+        return 2
+    for problem in report.problems:
+        print(problem)
+    shots = ", ".join(_page_name(ROOT, s) for s in report.screenshots) or "none"
+    print(f"browser check: {len(report.pages)} pages, {report.formulas} formulas, "
+          f"{report.images} images, {report.links} links, {len(report.problems)} problems "
+          f"({time.perf_counter() - start:.0f} s); screenshots: {shots}")
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
