@@ -383,6 +383,24 @@ class MultiHeadAttention(nn.Module):
             split_heads(v, self.n_heads),
         )
 
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention's key and value projections of the same `x (B, S, d_model)` as one
+        matrix multiplication -> `k (B, h, S, d_k)`, `v (B, h, S, d_v)`."""
+        self._check_input("key", x)
+        weight = torch.cat([self.w_k.weight, self.w_v.weight])
+        bias = None if self.w_k.bias is None else torch.cat([self.w_k.bias, self.w_v.bias])
+        sizes = [self.n_heads * self.d_k, self.n_heads * self.d_v]
+        k, v = F.linear(x, weight, bias).split(sizes, dim=-1)
+        return split_heads(k, self.n_heads), split_heads(v, self.n_heads)
+
+    def _project_all(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
+        """q, k, v heads: packed on the fast path when the inputs are shared."""
+        if self.fused and key is value:
+            if query is key:
+                return self.project_qkv(query)
+            return (self.project(query, "q"), *self.project_kv(key))
+        return self.project(query, "q"), self.project(key, "k"), self.project(value, "v")
+
     def _keeps_weights(self) -> bool:
         if self.record_weights is None:
             return not (self.training and torch.is_grad_enabled())
@@ -423,6 +441,10 @@ class MultiHeadAttention(nn.Module):
         # backend it returns NaN or 0 for fully masked rows: let those rows attend to every
         # key (finite everywhere, also in backward), then zero their output.
         row_has_key = mask.any(dim=-1, keepdim=True)
+        if mask.device.type == "cpu" and bool(row_has_key.all()):
+            # The usual case (no empty row). Asking is free on the CPU; on a GPU it would
+            # stall the pipeline, so there the guard below always runs.
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p
         )
@@ -465,10 +487,7 @@ class MultiHeadAttention(nn.Module):
             )
         if cache is not None:
             return self._forward_cached(query, key, value, mask, cache)
-        if self.fused and query is key and key is value:
-            q, k, v = self.project_qkv(query)
-        else:
-            q, k, v = self.project(query, "q"), self.project(key, "k"), self.project(value, "v")
+        q, k, v = self._project_all(query, key, value)
         return self.attend(q, k, v, mask)
 
     def _forward_cached(
@@ -484,12 +503,12 @@ class MultiHeadAttention(nn.Module):
         if cache.static:  # cross-attention: keys/values of the source, projected once
             q = self.project(query, "q")
             if cache.k is None:
-                cache.k, cache.v = self.project(key, "k"), self.project(value, "v")
+                if self.fused and key is value:
+                    cache.k, cache.v = self.project_kv(key)
+                else:
+                    cache.k, cache.v = self.project(key, "k"), self.project(value, "v")
             return self.attend(q, cache.k, cache.v, mask)
-        if self.fused and query is key and key is value:
-            q, k, v = self.project_qkv(query)
-        else:
-            q, k, v = self.project(query, "q"), self.project(key, "k"), self.project(value, "v")
+        q, k, v = self._project_all(query, key, value)
         if cache.k is not None:
             k = torch.cat([cache.k, k], dim=2)
             v = torch.cat([cache.v, v], dim=2)

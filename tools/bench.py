@@ -1,0 +1,225 @@
+"""Where the book's code stands against PyTorch's own, measured (issue: Part V).
+
+    python tools/bench.py                 # CPU, one thread (as the notebooks run)
+    python tools/bench.py --device cuda   # a GPU, with bf16 autocast for the training step
+    python tools/bench.py --quick         # fewer repetitions, for a smoke run
+
+Three tables, each the median of interleaved repetitions (ours and theirs alternate, so a
+machine that slows down mid-run slows both):
+
+1. training step (forward + backward + Adam) of `utils.model.Transformer` on its fast path
+   against `nn.Transformer` with the same sizes, masks, embeddings and generator; the ratio
+   is theirs / ours (> 1: ours is faster);
+2. greedy decoding tokens/s with and without the key/value cache;
+3. attention time and peak memory, naive (`utils.attention.scaled_dot_product_attention`)
+   against fused (`F.scaled_dot_product_attention`), at a few lengths.
+
+Not a test: timings depend on the machine. Notebook 14 discusses what the numbers mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
+
+from utils.attention import scaled_dot_product_attention  # noqa: E402
+from utils.decoding import translate  # noqa: E402
+from utils.model import Transformer, TransformerConfig  # noqa: E402
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def interleaved(fns: list[Callable[[], None]], repeats: int, device: torch.device) -> list[float]:
+    """Median seconds of each function, run in turn `repeats` times after one warm-up.
+
+    On the CPU the clock is this process's CPU time (`time.process_time`; torch runs on one
+    thread), so other programs competing for the cores do not inflate one side's numbers;
+    on a GPU it is wall-clock time around a synchronisation.
+    """
+    clock = time.process_time if device.type == "cpu" else time.perf_counter
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            sync(device)
+            start = clock()
+            fn()
+            sync(device)
+            times[i].append(clock() - start)
+    return [statistics.median(t) for t in times]
+
+
+def training_step_ratio(
+    d_model: int, n_layers: int, batch: int, length: int, device: torch.device, repeats: int
+) -> tuple[float, float]:
+    """Seconds per training step: (ours on the fast path, nn.Transformer)."""
+    torch.manual_seed(0)
+    n_heads = 4 if d_model <= 128 else 8
+    vocab = 1000
+    config = TransformerConfig(
+        vocab, vocab, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model, n_layers=n_layers,
+        dropout=0.1, fused=True,
+    )
+    ours = Transformer(config).to(device)
+    theirs = nn.Transformer(
+        d_model, n_heads, n_layers, n_layers, 4 * d_model, 0.1, batch_first=True
+    ).to(device)
+    if not config.norm_first:  # as utils.parity.copy_to_torch_transformer does
+        theirs.encoder.norm = None
+        theirs.decoder.norm = None
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab, (batch, length), generator=g)
+    tgt = torch.randint(4, vocab, (batch, length), generator=g)
+    src[: batch // 2, -length // 4 :] = 0  # some padding, as in real batches
+    tgt[: batch // 2, -length // 8 :] = 0
+    src, tgt = src.to(device), tgt.to(device)
+    causal = nn.Transformer.generate_square_subsequent_mask(length, device=device, dtype=torch.bool)
+    opt_ours = torch.optim.Adam(ours.parameters())
+    # theirs trains its layers and our embeddings/generator, which it borrows
+    opt_theirs = torch.optim.Adam([*theirs.parameters(), *ours.parameters()])
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+    def loss_of(logits: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, 1).float(), tgt.flatten(), ignore_index=0)
+
+    def step_ours() -> None:
+        opt_ours.zero_grad(set_to_none=True)
+        with autocast:
+            loss = loss_of(ours(src, tgt))
+        loss.backward()
+        opt_ours.step()
+
+    def step_theirs() -> None:
+        opt_theirs.zero_grad(set_to_none=True)
+        with autocast:
+            hidden = theirs(
+                ours.src_embed(src), ours.tgt_embed(tgt), tgt_mask=causal,
+                src_key_padding_mask=src == 0, tgt_key_padding_mask=tgt == 0,
+                memory_key_padding_mask=src == 0, tgt_is_causal=True,
+            )
+            loss = loss_of(ours.generator(hidden))
+        loss.backward()
+        opt_theirs.step()
+
+    t_ours, t_theirs = interleaved([step_ours, step_theirs], repeats, device)
+    return t_ours, t_theirs
+
+
+def decoding_speed(
+    d_model: int, device: torch.device, repeats: int, batch: int = 32, new_tokens: int = 64
+) -> tuple[float, float]:
+    """Generated tokens per second of greedy decoding: (with cache, without)."""
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        1000, 1000, d_model=d_model, n_heads=8 if d_model >= 256 else 4, d_ff=4 * d_model,
+        n_layers=6 if d_model >= 256 else 2, dropout=0.0, eos_id=2,
+    )
+    model = Transformer(config).to(device).eval()
+    src = torch.randint(4, 1000, (batch, 20), generator=torch.Generator().manual_seed(0))
+    src = src.to(device)
+    # the untrained model would stop at a random <eos>: decode a fixed number of tokens
+    with torch.no_grad():
+        model.generator.proj.bias[config.eos_id] = -1e4
+    fns = [
+        lambda: translate(model, src, max_len=new_tokens + 1, use_cache=True),
+        lambda: translate(model, src, max_len=new_tokens + 1, use_cache=False),
+    ]
+    t_cached, t_full = interleaved(fns, repeats, device)
+    return batch * new_tokens / t_cached, batch * new_tokens / t_full
+
+
+def attention_cost(
+    length: int, device: torch.device, repeats: int, d_head: int = 64, heads: int = 8
+) -> tuple[float, float, float, float]:
+    """(naive s, fused s, naive peak bytes, fused peak bytes) for one (1, h, n, d) attention."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, length, d_head, generator=g).to(device) for _ in range(3))
+
+    def naive() -> None:
+        scaled_dot_product_attention(q, k, v)
+
+    def fused() -> None:
+        F.scaled_dot_product_attention(q, k, v)
+
+    times = interleaved([naive, fused], repeats, device)
+    peaks = []
+    for fn in (naive, fused):
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            fn()
+            peaks.append(torch.cuda.max_memory_allocated() - base)
+        else:
+            # torch's CPU allocator is not visible to tracemalloc; use the profiler instead
+            with torch.profiler.profile(profile_memory=True) as prof:
+                fn()
+            peaks.append(peak_cpu_bytes(prof))
+    return times[0], times[1], peaks[0], peaks[1]
+
+
+def peak_cpu_bytes(prof: torch.profiler.profile) -> int:
+    """Peak of the running sum of CPU allocations the profiler saw (bytes)."""
+    events = sorted(
+        (e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start
+    )
+    current = peak = 0
+    for e in events:
+        current += e.cpu_memory_usage
+        peak = max(peak, current)
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(1)  # as the notebooks run (utils.setup)
+    repeats = 3 if args.quick else 9
+    print(f"device: {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
+
+    print("\n1. Training step (fwd + bwd + Adam), batch 32 x 64 tokens, N = 2 (+ base if cuda)")
+    print(f"{'d_model':>8} {'N':>3} {'ours ms':>9} {'nn.Transformer ms':>18} {'ratio':>7}")
+    sizes = [(128, 2), (512, 2)] + ([(512, 6)] if device.type == "cuda" else [])
+    for d_model, n_layers in sizes:
+        batch, length = (64, 64) if n_layers == 6 else (32, 64)
+        t_ours, t_theirs = training_step_ratio(d_model, n_layers, batch, length, device, repeats)
+        print(
+            f"{d_model:>8} {n_layers:>3} {t_ours * 1e3:>9.1f} {t_theirs * 1e3:>18.1f} "
+            f"{t_theirs / t_ours:>6.2f}x"
+        )
+
+    print("\n2. Greedy decoding, 32 sentences x 64 new tokens")
+    print(f"{'d_model':>8} {'cached tok/s':>13} {'recompute tok/s':>16} {'speed-up':>9}")
+    for d_model in (128, 512):
+        cached, full = decoding_speed(d_model, device, max(1, repeats // 3))
+        print(f"{d_model:>8} {cached:>13.0f} {full:>16.0f} {cached / full:>8.1f}x")
+
+    print("\n3. Attention (1 x 8 heads x n x 64), naive vs fused")
+    print(f"{'n':>6} {'naive ms':>9} {'fused ms':>9} {'naive MiB':>10} {'fused MiB':>10}")
+    for length in (256, 1024, 2048):
+        tn, tf, mn, mf = attention_cost(length, device, repeats)
+        mib = 2**20
+        print(f"{length:>6} {tn * 1e3:>9.2f} {tf * 1e3:>9.2f} {mn / mib:>10.1f} {mf / mib:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
