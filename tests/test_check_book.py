@@ -228,9 +228,19 @@ def test_landing_page_points_links_outside_the_site_to_the_repository():
               "## Quickstart\n\nnot on the landing page\n")
     text = build_book._landing_page(readme, {"notebooks/00_x.ipynb", "figures/a.png"},
                                     ["notebooks/00_x"])
-    assert f"[utils]({REPO_URL}/tree/main/utils/)" in text
+    assert f"[utils]({REPO_URL}/tree/main/utils)" in text
     assert f"[a tool]({REPO_URL}/blob/main/tools/book.py)" in text
     assert "[nb](notebooks/00_x.ipynb)" in text and "![f](figures/a.png)" in text
     assert "[web](https://x.org)" in text
     assert "not on the landing page" not in text
     assert "```{toctree}\n:hidden:" in text and "\nnotebooks/00_x\n```" in text
+
+
+def test_notebook_links_to_repository_files_go_to_the_repository():
+    staged = {"notebooks/03_attention.ipynb"}
+    text = build_book.relink("[a](../utils/attention.py#L3), [b](03_attention.ipynb#x), "
+                             "[c](../no/such/file.py)", "notebooks", staged)
+    assert f"[a]({REPO_URL}/blob/main/utils/attention.py#L3)" in text
+    assert "[b](03_attention.ipynb#x)" in text  # a page of the site
+    assert "[c](../no/such/file.py)" in text  # dead: left for Sphinx to report
+    assert build_book.jupyter_slug(" 2. Why scale ") == "2.-Why-scale"

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 if __package__ in (None, ""):  # run as a script: make `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -126,26 +127,45 @@ def _first_heading(path: Path) -> str:
     return path.stem
 
 
-_LINK = re.compile(r"(\]\()([^)\s]+)(\))")
+_LINK = re.compile(r"(\]\()([^)\s]+)(\))")  # ](target) of a markdown link or image
+_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)|<img\b[^>]*?\bsrc=[\"']([^\"']+)", re.IGNORECASE)
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*:", re.IGNORECASE)
+
+
+def _repo_path(target: str, folder: str) -> str | None:
+    """A relative link's target as a path from the repository root (None: not a local path)."""
+    path = unquote(target.split("#", 1)[0])
+    if not path or _SCHEME.match(path) or path.startswith(("#", "/")):
+        return None
+    resolved = (ROOT / folder / path).resolve()
+    if not resolved.is_relative_to(ROOT):
+        return None
+    return resolved.relative_to(ROOT).as_posix()
+
+
+def relink(markdown: str, folder: str, staged: set[str]) -> str:
+    """Point relative links to repository files the site does not hold at the repository.
+
+    ``folder`` is where the markdown lives, relative to the root ("" or "notebooks"). A link to
+    a page or file of the site stays; one to an existing file or folder of the repository
+    (``../utils/attention.py``, ``utils/``) becomes its address on GitHub, so no link of the
+    site is dead; a link to nothing stays, for Sphinx to report.
+    """
+    def replace(match: re.Match[str]) -> str:
+        target = match.group(2)
+        path = _repo_path(target, folder)
+        if path is None or path in staged or not (ROOT / path).exists():
+            return match.group(0)
+        kind = "tree" if (ROOT / path).is_dir() else "blob"
+        anchor = "#" + target.split("#", 1)[1] if "#" in target else ""
+        return f"{match.group(1)}{REPO_URL.rstrip('/')}/{kind}/main/{path}{anchor}{match.group(3)}"
+
+    return _LINK.sub(replace, markdown)
 
 
 def _landing_page(readme: str, staged: set[str], docs: list[str]) -> str:
-    """The README down to its contents table, as the book's first page, plus the navigation.
-
-    Relative links to files the site does not hold (``utils/``, ``tools/book.py``, ...) point
-    to the repository instead, so that no link on the page is dead.
-    """
-    head = readme.split("\n## Quickstart", 1)[0].rstrip() + "\n"
-
-    def relink(match: re.Match[str]) -> str:
-        target = match.group(2)
-        path = target.split("#", 1)[0]
-        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#") or path in staged:
-            return match.group(0)
-        kind = "tree" if (ROOT / path).is_dir() else "blob"
-        return f"{match.group(1)}{REPO_URL.rstrip('/')}/{kind}/main/{path}{match.group(3)}"
-
-    head = _LINK.sub(relink, head)
+    """The README down to its contents table, as the book's first page, plus the navigation."""
+    head = relink(readme.split("\n## Quickstart", 1)[0].rstrip() + "\n", "", staged)
     toctree = "\n".join(docs)
     return (
         f"{head}\n"
@@ -157,8 +177,18 @@ def _landing_page(readme: str, staged: set[str], docs: list[str]) -> str:
     )
 
 
-def stage() -> list[str]:
-    """Lay out the sources in _build/src as the repository lays them out; return the docnames."""
+def _markdown_cells(path: Path) -> list[str]:
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    sources = (c.get("source", "") for c in nb.get("cells", []) if c.get("cell_type") == "markdown")
+    return ["".join(s) if isinstance(s, list) else s for s in sources]
+
+
+def stage() -> tuple[list[str], set[str]]:
+    """Lay out the sources in _build/src as the repository lays them out.
+
+    Returns the pages' docnames, in reading order, and the staged files (paths from the root).
+    Images that a notebook's markdown shows from elsewhere in the repository are staged too.
+    """
     if SRC.exists():
         shutil.rmtree(SRC)
     (SRC / "notebooks").mkdir(parents=True)
@@ -166,16 +196,53 @@ def stage() -> list[str]:
     if not paths:
         raise BookBuildError("no notebooks found in notebooks/")
     staged: set[str] = set()
-    for path in paths:
-        shutil.copy2(path, SRC / "notebooks" / path.name)
-        staged.add(f"notebooks/{path.name}")
+
+    def add(path: str, source: Path | None = None) -> None:
+        (SRC / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source or ROOT / path, SRC / path)
+        staged.add(path)
+
     if (ROOT / "figures").is_dir():
-        shutil.copytree(ROOT / "figures", SRC / "figures")
-        staged |= {p.relative_to(SRC).as_posix() for p in (SRC / "figures").rglob("*")}
+        for figure in sorted((ROOT / "figures").rglob("*")):
+            if figure.is_file():
+                add(figure.relative_to(ROOT).as_posix())
+    for path in paths:
+        add(f"notebooks/{path.name}", path)
+        for markdown in _markdown_cells(path):
+            for match in _IMAGE.finditer(markdown):
+                image = _repo_path(match.group(1) or match.group(2), "notebooks")
+                if image and image not in staged and (ROOT / image).is_file():
+                    add(image)
     docs = [f"notebooks/{p.stem}" for p in paths]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     (SRC / "index.md").write_text(_landing_page(readme, staged, docs), encoding="utf-8")
-    return docs
+    return docs, staged
+
+
+def _relink_notebook(staged: set[str]):
+    """A Sphinx ``source-read`` handler: `relink` in each notebook's markdown cells.
+
+    Only what Sphinx parses changes; the ``.ipynb`` offered for download is the notebook as
+    committed.
+    """
+    def handler(app, docname: str, source: list[str]) -> None:
+        if not docname.startswith("notebooks/"):
+            return
+        nb = json.loads(source[0])
+        for cell in nb.get("cells", []):
+            if cell.get("cell_type") == "markdown":
+                text = cell.get("source", "")
+                cell["source"] = relink("".join(text) if isinstance(text, list) else text,
+                                        "notebooks", staged)
+        source[0] = json.dumps(nb)
+
+    return handler
+
+
+def jupyter_slug(text: str) -> str:
+    """A heading's anchor as Jupyter makes it (its text, spaces as "-"), so that a link such
+    as ``03_attention.ipynb#2.-Why-scale`` works in Jupyter and on the web alike."""
+    return text.strip().replace(" ", "-")
 
 
 def sphinx_config(packages: list[str]) -> dict:
@@ -195,7 +262,8 @@ def sphinx_config(packages: list[str]) -> dict:
         # \begin{align}...\end{align}, <img> tags; headings get anchors for #links.
         "myst_enable_extensions": ["dollarmath", "amsmath", "html_image"],
         "myst_dmath_double_inline": True,
-        "myst_heading_anchors": 4,
+        "myst_heading_anchors": 6,
+        "myst_heading_slug_func": "tools.build_book.jupyter_slug",
         "myst_update_mathjax": False,  # our MathJax options below
         # MathJax 3 from the site itself.
         "mathjax_path": f"mathjax/{MATHJAX_BUNDLE}",
@@ -241,7 +309,7 @@ def build(*, quiet: bool = True) -> Path:
 
     ensure_mathjax()
     packages = mathjax_packages()
-    docs = stage()
+    docs, staged = stage()
     for folder in (HTML, DOCTREES):
         if folder.exists():
             shutil.rmtree(folder)
@@ -251,6 +319,7 @@ def build(*, quiet: bool = True) -> Path:
         confoverrides=sphinx_config(packages), status=None if quiet else sys.stdout,
         warning=warnings, freshenv=True, warningiserror=True,
     )
+    app.connect("source-read", _relink_notebook(staged))
     app.build()
     if app.statuscode != 0 or warnings.text:
         raise BookBuildError(f"Sphinx reported problems:\n{warnings.text}")
