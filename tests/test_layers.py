@@ -165,9 +165,24 @@ def test_sublayer_connection_dropout_on_the_sublayer_output_only_in_training() -
 # --------------------------------------------------------------------------------------------
 
 
+def _randomise_norms(module: nn.Module) -> None:
+    """Give every LayerNorm a random gain and bias, as after training.
+
+    At initialisation (gain 1, bias 0) a norm copied into the wrong slot, or not copied at
+    all, changes nothing; with random values any such mistake shows in the outputs.
+    """
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, LayerNorm):
+                m.weight.normal_(1.0, 0.5)
+                m.bias.normal_(0.0, 0.5)
+
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first: bool) -> None:
     ours = EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
+    _randomise_norms(ours)
     theirs = nn.TransformerEncoderLayer(
         D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first
     ).eval()
@@ -184,6 +199,7 @@ def test_encoder_layer_matches_torch(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_torch(norm_first: bool) -> None:
     ours = DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
+    _randomise_norms(ours)
     theirs = nn.TransformerDecoderLayer(
         D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first
     ).eval()
