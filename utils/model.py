@@ -73,8 +73,13 @@ class TransformerConfig:
         n_heads: number of attention heads h (8 base, 16 big).
         d_ff: inner width of the feed-forward network (2048 base, 4096 big).
         n_layers: N, the number of layers of the encoder and, separately, of the decoder.
-        dropout: P_drop, used on embeddings+positions, sublayer outputs, FFN hidden
-            activations and attention weights.
+        dropout: P_drop, one probability for every dropout site. Where each site comes
+            from: embedding + position sums and sublayer outputs (before the residual sum)
+            are the paper's (section 5.4, "Residual Dropout"); FFN hidden activations and
+            attention weights are not in the paper but in Tensor2Tensor's later presets
+            (`relu_dropout` and `attention_dropout`, 0.1 in `transformer_base_v2`, 0 in
+            `transformer_base_v1`) and in PyTorch's `nn.Transformer*`, which applies its one
+            `dropout` at all four kinds of site. We follow PyTorch (notebook 07).
         d_k, d_v: per-head query/key and value widths; `None` means `d_model // n_heads`
             (use the properties `key_dim`, `value_dim` for the resolved numbers). Kept as
             `None` rather than filled in, so `dataclasses.replace(cfg, d_model=...)` stays
