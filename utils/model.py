@@ -78,8 +78,9 @@ class TransformerConfig:
             are the paper's (section 5.4, "Residual Dropout"); FFN hidden activations and
             attention weights are not in the paper but in Tensor2Tensor's later presets
             (`relu_dropout` and `attention_dropout`, 0.1 in `transformer_base_v2`, 0 in
-            `transformer_base_v1`) and in PyTorch's `nn.Transformer*`, which applies its one
-            `dropout` at all four kinds of site. We follow PyTorch (notebook 07).
+            `transformer_base_v1`) and in PyTorch's `nn.TransformerEncoderLayer` /
+            `nn.TransformerDecoderLayer`, which use their one `dropout` at every site inside
+            a layer (PyTorch has no embeddings). We follow PyTorch (notebook 07).
         d_k, d_v: per-head query/key and value widths; `None` means `d_model // n_heads`
             (use the properties `key_dim`, `value_dim` for the resolved numbers). Kept as
             `None` rather than filled in, so `dataclasses.replace(cfg, d_model=...)` stays
