@@ -1,0 +1,279 @@
+"""Greedy search, beam search, sampling and the key/value cache (notebook 11)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils.attention import AttentionCache, KVCache, MultiHeadAttention
+from utils.decoding import (
+    Seq2SeqScorer,
+    beam_search,
+    evaluation,
+    filter_logits,
+    greedy_search,
+    length_penalty,
+    sample,
+    translate,
+)
+from utils.masks import causal_mask
+from utils.model import Transformer, TransformerConfig
+
+BOS, EOS, PAD = 1, 2, 0
+
+
+def tiny_model(seed: int = 0, vocab: int = 12, fused: bool = False, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    config = TransformerConfig(
+        vocab, vocab, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=40, fused=fused,
+        **overrides,
+    )
+    model = Transformer(config).eval()
+    # sharpen the output distribution a little so searches differ from each other
+    with torch.no_grad():
+        model.generator.proj.weight.mul_(3.0)
+    return model
+
+
+def sources(batch: int = 4, length: int = 6, vocab: int = 12, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(3, vocab, (batch, length), generator=g)
+    if batch > 1:
+        src[1, length - 2 :] = PAD  # one padded sentence
+    return src
+
+
+def bos(batch: int) -> torch.Tensor:
+    return torch.full((batch, 1), BOS, dtype=torch.long)
+
+
+def sequence_logprob(model: Transformer, src: torch.Tensor, tokens: list[int]) -> float:
+    """log P(tokens | src) by one teacher-forced forward pass (no cache, no search)."""
+    tgt = torch.tensor([[BOS, *tokens]])
+    with torch.no_grad():
+        logp = F.log_softmax(model(src[None], tgt[:, :-1]).float(), dim=-1)[0]
+    return float(logp.gather(1, tgt[0, 1:, None]).sum())
+
+
+# ------------------------------------------------------------------ cache
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_equals_full_recomputation(fused: bool, norm_first: bool) -> None:
+    model = tiny_model(fused=fused, norm_first=norm_first)
+    src = sources()
+    tgt = torch.randint(3, 12, (4, 9), generator=torch.Generator().manual_seed(2))
+    tgt[:, 0] = BOS
+    with torch.no_grad():
+        src_mask = model.make_src_mask(src)
+        memory = model.encode(src, src_mask)
+        full = model.generator(model.decode(tgt, memory, src_mask))
+        cache = model.init_cache()
+        steps = [model.generator(model.decode(tgt[:, :3], memory, src_mask, cache=cache))]
+        for t in range(3, 9):
+            hidden = model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)
+            steps.append(model.generator(hidden))
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
+    assert cache.length == 9
+
+
+def test_cross_attention_keys_are_projected_once_per_source() -> None:
+    model = tiny_model()
+    calls = []
+    layer = model.decoder.layers[0]
+    layer.cross_attn.w_k.register_forward_hook(lambda *args: calls.append(1))
+    with evaluation(model):
+        scorer = Seq2SeqScorer(model, sources())
+        greedy_search(scorer, bos(4), max_len=8, eos_id=None)
+    assert len(calls) == 1
+
+
+def test_cached_greedy_and_beam_give_identical_tokens() -> None:
+    model = tiny_model()
+    src = sources()
+    for beam in (1, 3):
+        cached = translate(model, src, beam_size=beam, max_len=15, use_cache=True)
+        full = translate(model, src, beam_size=beam, max_len=15, use_cache=False)
+        assert cached == full
+
+
+def test_cache_reorder_follows_the_batch() -> None:
+    cache = KVCache(n_layers=1, cross=False)
+    cache.self_attn[0].k = torch.arange(3.0).view(3, 1, 1, 1)
+    cache.self_attn[0].v = torch.arange(3.0).view(3, 1, 1, 1)
+    cache.reorder(torch.tensor([2, 2, 0]))
+    assert cache.self_attn[0].k.flatten().tolist() == [2.0, 2.0, 0.0]
+    with pytest.raises(ValueError, match=r"in \[0, 3\)"):
+        cache.reorder(torch.tensor([3]))
+
+
+def test_a_cache_from_another_batch_size_is_refused() -> None:
+    mha = MultiHeadAttention(16, 2)
+    cache = AttentionCache()
+    mha(torch.randn(3, 2, 16), torch.randn(3, 2, 16), torch.randn(3, 2, 16), cache=cache)
+    x = torch.randn(2, 1, 16)
+    with pytest.raises(ValueError, match="batch of 3"):
+        mha(x, x, x, cache=cache)
+    model = tiny_model()
+    memory = model.encode(sources(batch=3))
+    kv = model.init_cache()
+    model.decode(bos(3), memory, cache=kv)
+    with pytest.raises(ValueError, match="batch of 3"):
+        model.decode(bos(2), memory[:2], cache=kv)
+
+
+def test_new_tokens_get_their_own_position() -> None:
+    """A cached step at position t must use PE(t): feeding it at position 0 changes the output."""
+    model = tiny_model()
+    tgt = torch.tensor([[BOS, 5, 6, 7]])
+    memory = model.encode(sources(batch=1))
+    with torch.no_grad():
+        full = model.decode(tgt, memory)[:, -1]
+        cache = model.init_cache()
+        model.decode(tgt[:, :3], memory, cache=cache)
+        step = model.decode(tgt[:, 3:], memory, cache=cache)[:, -1]
+    torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
+    assert causal_mask(2, offset=3).tolist() == [[True] * 4 + [False], [True] * 5]
+
+
+# ------------------------------------------------------------------ greedy and beam
+
+
+def test_greedy_stops_each_sequence_at_its_own_eos() -> None:
+    class Script:
+        """A fake scorer: row r says EOS at step r + 1, token 5 otherwise."""
+
+        max_positions = 100
+
+        def __init__(self) -> None:
+            self.rows = torch.arange(3)
+
+        def next_logits(self, prefix: torch.Tensor) -> torch.Tensor:
+            logits = torch.zeros(prefix.shape[0], 8)
+            t = prefix.shape[1]
+            for i, r in enumerate(self.rows.tolist()):
+                logits[i, EOS if t == r + 1 else 5] = 1.0
+            return logits
+
+        def reorder(self, index: torch.Tensor) -> None:
+            self.rows = self.rows[index]
+
+    out = greedy_search(Script(), bos(3), max_len=10, eos_id=EOS)
+    assert out.tolist() == [[BOS, EOS, PAD, PAD], [BOS, 5, EOS, PAD], [BOS, 5, 5, EOS]]
+
+
+def test_beam_size_one_equals_greedy() -> None:
+    model = tiny_model()
+    src = sources()
+    greedy = translate(model, src, beam_size=1, max_len=15)
+    with evaluation(model):
+        hyps = beam_search(Seq2SeqScorer(model, src), bos(4), 1, 15, EOS, alpha=0.0)
+    assert [[t for t in h[0].tokens if t != EOS] for h in hyps] == greedy
+
+
+def test_beam_score_is_the_recomputed_log_probability() -> None:
+    model = tiny_model()
+    src = sources()
+    with evaluation(model):
+        hyps = beam_search(Seq2SeqScorer(model, src), bos(4), 4, 12, EOS, alpha=0.6, n_best=2)
+    for b, best in enumerate(hyps):
+        for h in best:
+            recomputed = sequence_logprob(model, src[b], h.tokens)
+            assert abs(h.logprob - recomputed) < 1e-4
+            assert abs(h.score - recomputed / length_penalty(len(h.tokens), 0.6)) < 1e-4
+        assert best[0].score >= best[1].score
+
+
+def test_wide_beam_finds_the_exhaustive_optimum() -> None:
+    vocab, max_len = 5, 5  # ids 3, 4 are words; sequences of up to 4 generated tokens
+    model = tiny_model(seed=3, vocab=vocab)
+    src = torch.tensor([[3, 4, 3]])
+    best_score, best_tokens = float("-inf"), None
+    for alpha in (0.0, 0.6, 1.0):
+        best_score, best_tokens = float("-inf"), None
+        for n in range(1, max_len):  # n generated tokens
+            for body in itertools.product(range(vocab), repeat=n - 1):
+                for last in range(vocab):
+                    tokens = [*body, last]
+                    if EOS in tokens[:-1]:
+                        continue  # a hypothesis ends at its first EOS
+                    if n < max_len - 1 and last != EOS:
+                        continue  # shorter than the limit: only finished hypotheses
+                    lp = sequence_logprob(model, src[0], tokens)
+                    score = lp / length_penalty(n, alpha)
+                    if score > best_score:
+                        best_score, best_tokens = score, tokens
+        with evaluation(model):
+            hyps = beam_search(Seq2SeqScorer(model, src), bos(1), 200, max_len, EOS, alpha=alpha)
+        assert hyps[0][0].tokens == best_tokens
+        assert abs(hyps[0][0].score - best_score) < 1e-4
+
+
+def test_a_batch_decodes_like_one_sentence_at_a_time() -> None:
+    model = tiny_model()
+    src = sources()
+    for beam in (1, 4):
+        batched = translate(model, src, beam_size=beam, max_len=15)
+        single = [translate(model, src[i : i + 1], beam_size=beam, max_len=15)[0] for i in range(4)]
+        assert batched == single
+
+
+# ------------------------------------------------------------------ sampling
+
+
+def test_top_k_and_top_p_filtering() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept = lambda f: torch.isfinite(f).squeeze(0).tolist()  # noqa: E731
+    assert kept(filter_logits(logits, top_k=2)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_p=0.5)) == [True, False, False, False]
+    assert kept(filter_logits(logits, top_p=0.8)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_p=0.81)) == [True, True, True, False]
+    assert kept(filter_logits(logits, top_p=1.0)) == [True] * 4
+
+
+def test_sampling_is_reproducible_with_a_generator_and_low_temperature_is_greedy() -> None:
+    model = tiny_model()
+    src = sources()
+    with evaluation(model):
+        runs = [
+            sample(Seq2SeqScorer(model, src), bos(4), 12, EOS,
+                   generator=torch.Generator().manual_seed(7))
+            for _ in range(2)
+        ]
+        cold = sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, temperature=1e-4,
+                      generator=torch.Generator().manual_seed(7))
+        greedy = greedy_search(Seq2SeqScorer(model, src), bos(4), 12, EOS)
+    assert torch.equal(runs[0], runs[1])
+    assert torch.equal(cold, greedy)
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_bad_decoding_settings_raise_clear_errors() -> None:
+    model = tiny_model()
+    src = sources()
+    with evaluation(model):
+        scorer = Seq2SeqScorer(model, src)
+        with pytest.raises(ValueError, match="beam_size must be a positive int"):
+            beam_search(scorer, bos(4), 0, 10, EOS)
+        with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+            sample(scorer, bos(4), 10, top_p=1.5)
+        with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+            sample(scorer, bos(4), 10, top_p=0.0)
+        with pytest.raises(ValueError, match="temperature must be a positive number"):
+            sample(scorer, bos(4), 10, temperature=0)
+        with pytest.raises(ValueError, match="leaves no room"):
+            greedy_search(scorer, torch.ones(4, 5, dtype=torch.long), 5, EOS)
+        with pytest.raises(ValueError, match="exceeds the 40 positions"):
+            greedy_search(scorer, bos(4), 41, EOS)
+        with pytest.raises(ValueError, match="source length 41 exceeds the model's max_len 40"):
+            Seq2SeqScorer(model, torch.full((1, 41), 5))
+        with pytest.raises(ValueError, match=r"ids must be in \[0, 12\)"):
+            Seq2SeqScorer(model, torch.full((1, 3), 12))
+        with pytest.raises(ValueError, match="at least one token"):
+            Seq2SeqScorer(model, torch.zeros(1, 0, dtype=torch.long))

@@ -1,0 +1,537 @@
+"""Batching for training: padding, the shifted decoder input, length buckets, synthetic tasks.
+
+Notebook 10 derives these; every later notebook that trains uses them.
+
+- `pad_batch`: variable-length id sequences -> one right-padded `(B, L)` int64 tensor.
+- `decoder_io`: a target `y1 .. yn` becomes the decoder input `<bos> y1 .. yn` and the labels
+  `y1 .. yn <eos>` (teacher forcing: position t sees `<bos> y1 .. y(t-1)` and must predict
+  `y_t`; the causal mask keeps it from reading further).
+- `Seq2SeqBatch` / `make_batch`: a source-target batch as the encoder-decoder needs it.
+- `bucket_batches`: group examples of similar length so little of each batch is padding;
+  `random_batches` and `padding_fraction` measure what that saves.
+- `synthetic_pairs`, `task_batches`: the copy and reverse tasks, generated from a seed.
+- `lm_blocks`, `lm_batches`: random windows of one long id sequence for a decoder-only LM.
+
+Special ids are those of `utils.embeddings.Vocab`: `PAD_ID = 0`, `BOS_ID = 1`, `EOS_ID = 2`,
+`UNK_ID = 3`; synthetic tokens are drawn from `[FIRST_TOKEN_ID, vocab_size)` = `[4, V)`.
+Every random draw uses its own seeded `torch.Generator` / `random.Random`, never the global
+random state, so data do not change when a notebook adds a cell that draws random numbers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from utils.checks import check_positive_int
+
+__all__ = [
+    "PAD_ID",
+    "BOS_ID",
+    "EOS_ID",
+    "UNK_ID",
+    "FIRST_TOKEN_ID",
+    "TASKS",
+    "pad_batch",
+    "decoder_io",
+    "Seq2SeqBatch",
+    "make_batch",
+    "bucket_batches",
+    "random_batches",
+    "padding_fraction",
+    "synthetic_pairs",
+    "task_batches",
+    "LMBatch",
+    "lm_blocks",
+    "lm_batches",
+]
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3  # as in utils.embeddings.Vocab
+FIRST_TOKEN_ID = 4  # the first id that is not a special token
+TASKS = ("copy", "reverse")
+
+IdSequence = Sequence[int] | Tensor
+
+
+# --------------------------------------------------------------------------------------------
+# argument checks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_id(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int (a token id), got {value!r}")
+    return value
+
+
+def _as_id_list(seq: object, name: str) -> list[int]:
+    """One sequence of token ids (list/tuple of ints or a 1-D integer tensor) as a list."""
+    if isinstance(seq, Tensor):
+        if seq.dim() != 1 or seq.is_floating_point() or seq.dtype == torch.bool:
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor, got shape {tuple(seq.shape)} {seq.dtype}"
+            )
+        return seq.tolist()
+    if isinstance(seq, str) or not isinstance(seq, Sequence):
+        raise ValueError(f"{name} must be a sequence of int token ids, got {type(seq).__name__}")
+    ids = list(seq)
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int):
+            raise ValueError(f"{name} must hold int token ids, got {token!r}")
+    return ids
+
+
+def _as_id_lists(seqs: object, name: str) -> list[list[int]]:
+    if isinstance(seqs, Tensor) and seqs.dim() == 2:
+        seqs = list(seqs)
+    if isinstance(seqs, str | Tensor) or not isinstance(seqs, Sequence):
+        raise ValueError(
+            f"{name} must be a sequence of id sequences, got {type(seqs).__name__}"
+        )
+    if len(seqs) == 0:
+        raise ValueError(f"{name} must hold at least one sequence, got none")
+    return [_as_id_list(s, f"{name}[{i}]") for i, s in enumerate(seqs)]
+
+
+# --------------------------------------------------------------------------------------------
+# padding and the shifted decoder input
+# --------------------------------------------------------------------------------------------
+
+
+def pad_batch(seqs: Sequence[IdSequence], pad_id: int, length: int | None = None) -> Tensor:
+    """Right-pad id sequences into one `(B, L)` int64 tensor.
+
+    Args:
+        seqs: B sequences of token ids (lists of ints or 1-D integer tensors).
+        pad_id: the id written after each sequence.
+        length: L; default the longest sequence. `ValueError` if a sequence is longer.
+
+    Returns:
+        `(B, L)` int64, row b = `seqs[b]` followed by `pad_id`.
+    """
+    rows = _as_id_lists(seqs, "seqs")
+    _check_id("pad_id", pad_id)
+    longest = max(len(r) for r in rows)
+    if length is None:
+        length = longest
+    elif isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be a non-negative int or None, got {length!r}")
+    elif longest > length:
+        raise ValueError(
+            f"a sequence of {longest} tokens does not fit length={length}; "
+            f"pass length >= {longest} or None"
+        )
+    out = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    for b, row in enumerate(rows):
+        if row:
+            out[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def decoder_io(
+    targets: Sequence[IdSequence], bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID
+) -> tuple[Tensor, Tensor]:
+    """Decoder input and labels for teacher forcing.
+
+    A target `y1 .. yn` (without specials) gives the input `<bos> y1 .. yn` and the labels
+    `y1 .. yn <eos>`: the labels are the input shifted one to the left, so the logits at
+    position t are scored against the token that follows the t-th input token.
+
+    Returns:
+        `(tgt_in, tgt_out)`, both `(B, T)` int64 with T = max n + 1, padded with `pad_id`.
+    """
+    rows = _as_id_lists(targets, "targets")
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
+        _check_id(name, value)
+    if len({bos_id, eos_id, pad_id}) != 3:
+        raise ValueError(f"bos_id, eos_id and pad_id must differ, got {bos_id}, {eos_id}, {pad_id}")
+    tgt_in = pad_batch([[bos_id, *r] for r in rows], pad_id)
+    tgt_out = pad_batch([[*r, eos_id] for r in rows], pad_id)
+    return tgt_in, tgt_out
+
+
+# --------------------------------------------------------------------------------------------
+# batches
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Seq2SeqBatch:
+    """One encoder-decoder training batch.
+
+    Attributes:
+        src: `(B, S)` source ids, right-padded.
+        tgt_in: `(B, T)` decoder input `<bos> y1 .. yn`, right-padded.
+        tgt_out: `(B, T)` labels `y1 .. yn <eos>`, right-padded.
+        pad_id: the padding id of all three.
+    """
+
+    src: Tensor
+    tgt_in: Tensor
+    tgt_out: Tensor
+    pad_id: int = PAD_ID
+
+    def __post_init__(self) -> None:
+        for name in ("src", "tgt_in", "tgt_out"):
+            value = getattr(self, name)
+            if not isinstance(value, Tensor) or value.dim() != 2:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise ValueError(f"{name} must be a 2-D (batch, seq) tensor, got {got}")
+        if self.tgt_in.shape != self.tgt_out.shape:
+            raise ValueError(
+                f"tgt_in and tgt_out must have one shape, got {tuple(self.tgt_in.shape)} "
+                f"and {tuple(self.tgt_out.shape)}"
+            )
+        if self.src.shape[0] != self.tgt_in.shape[0]:
+            raise ValueError(
+                f"src and targets must have one batch size, got {self.src.shape[0]} "
+                f"and {self.tgt_in.shape[0]}"
+            )
+
+    def to(self, device: torch.device | str) -> Seq2SeqBatch:
+        """The same batch on `device` (non-blocking copies where the source allows it)."""
+        return Seq2SeqBatch(
+            self.src.to(device, non_blocking=True),
+            self.tgt_in.to(device, non_blocking=True),
+            self.tgt_out.to(device, non_blocking=True),
+            self.pad_id,
+        )
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def n_tokens(self) -> int:
+        """The number of labels that are not padding: the tokens the loss is averaged over.
+
+        Reading it from a GPU tensor waits for the device; the training loop reads it before
+        moving the batch.
+        """
+        return int((self.tgt_out != self.pad_id).sum())
+
+    @property
+    def padding_fraction(self) -> float:
+        """The share of padding among the cells of `src` and `tgt_out` together."""
+        cells = self.src.numel() + self.tgt_out.numel()
+        pads = int((self.src == self.pad_id).sum()) + int((self.tgt_out == self.pad_id).sum())
+        return pads / cells if cells else 0.0
+
+
+def make_batch(
+    pairs: Sequence[tuple[IdSequence, IdSequence]],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> Seq2SeqBatch:
+    """A `Seq2SeqBatch` from `(source ids, target ids)` pairs (targets without specials)."""
+    if isinstance(pairs, str) or not isinstance(pairs, Sequence) or len(pairs) == 0:
+        raise ValueError(
+            f"pairs must be a non-empty sequence of (source, target) pairs, got {pairs!r}"
+        )
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise ValueError(f"pairs[{i}] must be a (source, target) pair, got {pair!r}")
+    src = pad_batch([p[0] for p in pairs], pad_id)
+    tgt_in, tgt_out = decoder_io([p[1] for p in pairs], bos_id, eos_id, pad_id)
+    return Seq2SeqBatch(src, tgt_in, tgt_out, pad_id)
+
+
+# --------------------------------------------------------------------------------------------
+# length buckets
+# --------------------------------------------------------------------------------------------
+
+
+def _check_lengths(lengths: object) -> list[int]:
+    if isinstance(lengths, Tensor):
+        lengths = lengths.tolist()
+    if isinstance(lengths, str) or not isinstance(lengths, Sequence) or len(lengths) == 0:
+        raise ValueError(f"lengths must be a non-empty sequence of ints, got {lengths!r}")
+    out = list(lengths)
+    for n in out:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"lengths must be non-negative ints, got {n!r}")
+    return out
+
+
+def bucket_batches(
+    lengths: Sequence[int],
+    max_tokens: int | None = None,
+    batch_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+) -> list[list[int]]:
+    """Batches of example indices, grouped by length so each batch carries little padding.
+
+    The indices are sorted by length (ties in a seeded random order when `shuffle`) and cut
+    into consecutive batches; a batch closes when it holds `batch_size` examples or when one
+    more example would make `len(batch) * longest length` exceed `max_tokens` (the padded
+    size, what memory and compute scale with). Give either limit or both. The *order of the
+    batches* is then shuffled with `seed`, so training does not see short sequences first.
+
+    Args:
+        lengths: one length per example (for a pair, e.g. `max(len(src), len(tgt) + 1)`).
+        max_tokens: cap on padded tokens per batch.
+        batch_size: cap on examples per batch.
+        shuffle: shuffle ties and the batch order (with `seed`); False keeps sorted order.
+        seed: the seed of this function's own `random.Random`.
+
+    Returns:
+        A list of batches, each a list of indices into `lengths`; every index appears once.
+    """
+    lens = _check_lengths(lengths)
+    if max_tokens is None and batch_size is None:
+        raise ValueError("give max_tokens or batch_size (or both), got neither")
+    if max_tokens is not None:
+        check_positive_int("max_tokens", max_tokens)
+        if max(lens) > max_tokens:
+            raise ValueError(
+                f"an example of length {max(lens)} does not fit max_tokens={max_tokens}"
+            )
+    if batch_size is not None:
+        check_positive_int("batch_size", batch_size)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+    rng = random.Random(seed)
+    order = list(range(len(lens)))
+    if shuffle:
+        rng.shuffle(order)
+    order.sort(key=lambda i: lens[i])  # stable: equal lengths keep the shuffled order
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        too_many = batch_size is not None and len(current) + 1 > batch_size
+        # ascending lengths: with example i the batch's longest length becomes lens[i]
+        too_big = max_tokens is not None and (len(current) + 1) * max(lens[i], 1) > max_tokens
+        if current and (too_many or too_big):
+            batches.append(current)
+            current = []
+        current.append(i)
+    batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def random_batches(n: int, sizes: int | Sequence[int], seed: int = 0) -> list[list[int]]:
+    """Batches of a random permutation of `range(n)`, for comparison with `bucket_batches`.
+
+    `sizes` is one batch size (the last batch takes the rest) or the list of batch sizes to
+    use, e.g. `[len(b) for b in bucket_batches(...)]`, so both batchings have equal sizes.
+    """
+    check_positive_int("n", n)
+    if isinstance(sizes, int) and not isinstance(sizes, bool):
+        check_positive_int("sizes", sizes)
+        sizes = [sizes] * (n // sizes) + ([n % sizes] if n % sizes else [])
+    sizes = list(sizes)
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+        raise ValueError(f"sizes must be positive ints, got {sizes!r}")
+    if sum(sizes) != n:
+        raise ValueError(f"sizes must add up to n={n}, got a total of {sum(sizes)}")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    out, start = [], 0
+    for s in sizes:
+        out.append(order[start : start + s])
+        start += s
+    return out
+
+
+def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
+    """The share of padding when each batch is padded to its longest example.
+
+    `sum over batches of (len(batch) * longest - sum of lengths) / sum of len(batch) * longest`.
+    """
+    lens = _check_lengths(lengths)
+    padded = real = 0
+    for b, batch in enumerate(batches):
+        if len(batch) == 0:
+            raise ValueError(f"batch {b} is empty")
+        for i in batch:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(lens):
+                raise ValueError(f"batch {b} holds {i!r}, not an index into {len(lens)} lengths")
+        padded += len(batch) * max(lens[i] for i in batch)
+        real += sum(lens[i] for i in batch)
+    return (padded - real) / padded if padded else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# synthetic tasks
+# --------------------------------------------------------------------------------------------
+
+
+def _check_task(task: object, vocab_size: object, min_len: object, max_len: object) -> None:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    check_positive_int("vocab_size", vocab_size)
+    if vocab_size <= FIRST_TOKEN_ID:  # type: ignore[operator]
+        raise ValueError(
+            f"vocab_size must exceed {FIRST_TOKEN_ID} (ids 0-3 are the special tokens), "
+            f"got {vocab_size}"
+        )
+    check_positive_int("min_len", min_len)
+    check_positive_int("max_len", max_len)
+    if min_len > max_len:  # type: ignore[operator]
+        raise ValueError(f"min_len must be <= max_len, got min_len={min_len}, max_len={max_len}")
+
+
+def _generator(seed: object) -> torch.Generator:
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return torch.Generator().manual_seed(seed)
+
+
+def _draw(
+    task: str, n: int, vocab_size: int, min_len: int, max_len: int, g: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
+    """n examples as `(src (n, L), tgt (n, L), lengths (n,))`, padded with PAD_ID, L = max length.
+
+    Both `synthetic_pairs` and `task_batches` draw through here, in this order (lengths, then
+    tokens), so the first batch of `task_batches(seed)` is `synthetic_pairs(seed)`'s first pairs.
+    """
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
+    width = int(lengths.max())
+    tokens = torch.randint(FIRST_TOKEN_ID, vocab_size, (n, width), generator=g)
+    pos = torch.arange(width)
+    real = pos < lengths[:, None]
+    src = tokens.masked_fill(~real, PAD_ID)
+    if task == "copy":
+        tgt = src
+    else:  # reverse: tgt[j] = src[length - 1 - j] for j < length
+        index = (lengths[:, None] - 1 - pos).clamp(min=0)
+        tgt = src.gather(1, index).masked_fill(~real, PAD_ID)
+    return src, tgt, lengths
+
+
+def synthetic_pairs(
+    task: str, n: int, vocab_size: int, min_len: int, max_len: int, seed: int
+) -> list[tuple[list[int], list[int]]]:
+    """n `(source, target)` pairs of the copy or reverse task, drawn from `seed`.
+
+    Sources have lengths uniform in `[min_len, max_len]` and tokens uniform in `[4, vocab_size)`;
+    the target is the source (`"copy"`) or the source reversed (`"reverse"`). No specials are
+    added (`make_batch` adds `<bos>` / `<eos>`). The same arguments give the same pairs; the
+    global random state is neither used nor changed.
+    """
+    _check_task(task, vocab_size, min_len, max_len)
+    check_positive_int("n", n)
+    src, tgt, lengths = _draw(task, n, vocab_size, min_len, max_len, _generator(seed))
+    return [
+        (s[:k], t[:k]) for s, t, k in zip(src.tolist(), tgt.tolist(), lengths.tolist(), strict=True)
+    ]
+
+
+def task_batches(
+    task: str,
+    batch_size: int,
+    vocab_size: int,
+    min_len: int,
+    max_len: int,
+    seed: int,
+) -> Iterator[Seq2SeqBatch]:
+    """An endless stream of fresh copy/reverse `Seq2SeqBatch`es (on the CPU), from `seed`.
+
+    Each batch is `make_batch` of `batch_size` new pairs drawn as in `synthetic_pairs` (the
+    first batch equals `make_batch(synthetic_pairs(task, batch_size, ..., seed))`), built with
+    tensor operations rather than Python lists. Use another seed for held-out data; with
+    short lengths and a small vocabulary some held-out sources may also occur in training
+    (count them if it matters: there are (V - 4)^n sources of length n).
+    """
+    _check_task(task, vocab_size, min_len, max_len)
+    check_positive_int("batch_size", batch_size)
+    g = _generator(seed)
+
+    def stream() -> Iterator[Seq2SeqBatch]:
+        while True:
+            src, tgt, lengths = _draw(task, batch_size, vocab_size, min_len, max_len, g)
+            width = src.shape[1]
+            rows = torch.arange(batch_size)
+            tgt_in = torch.full((batch_size, width + 1), PAD_ID, dtype=torch.long)
+            tgt_in[:, 0] = BOS_ID
+            tgt_in[:, 1:] = tgt
+            tgt_out = torch.full((batch_size, width + 1), PAD_ID, dtype=torch.long)
+            tgt_out[:, :width] = tgt
+            tgt_out[rows, lengths] = EOS_ID
+            yield Seq2SeqBatch(src, tgt_in, tgt_out, PAD_ID)
+
+    return stream()
+
+
+# --------------------------------------------------------------------------------------------
+# language-model batches
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LMBatch:
+    """A decoder-only LM batch: inputs `x (B, T)` and next-token targets `y (B, T)`.
+
+    Unpacks like a tuple: `x, y = batch`.
+    """
+
+    x: Tensor
+    y: Tensor
+
+    def to(self, device: torch.device | str) -> LMBatch:
+        return LMBatch(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True))
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return iter((self.x, self.y))
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def n_tokens(self) -> int:
+        """Every target is a real token (windows of one text have no padding)."""
+        return self.y.numel()
+
+
+def lm_blocks(
+    ids: Tensor, block_size: int, batch_size: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Random windows of a long id sequence for next-token prediction.
+
+    Args:
+        ids: `(N,)` integer token ids, e.g. a whole text.
+        block_size: T, the window length; needs N > T.
+        batch_size: B, the number of windows.
+        generator: the `torch.Generator` the start positions are drawn from.
+
+    Returns:
+        `x (B, T)` = `ids[s : s + T]` and `y (B, T)` = `ids[s + 1 : s + T + 1]` for random
+        starts s (int64, on `ids`' device): `y[:, t]` is the token after `x[:, t]`.
+    """
+    if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.is_floating_point() or (
+        ids.dtype == torch.bool
+    ):
+        got = f"shape {tuple(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids)
+        raise ValueError(f"ids must be a 1-D integer tensor of token ids, got {got}")
+    check_positive_int("block_size", block_size)
+    check_positive_int("batch_size", batch_size)
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if ids.numel() <= block_size:
+        raise ValueError(
+            f"ids must be longer than block_size={block_size} (a window and its next token), "
+            f"got {ids.numel()} ids"
+        )
+    starts = torch.randint(0, ids.numel() - block_size, (batch_size,), generator=generator)
+    index = starts[:, None] + torch.arange(block_size)
+    ids = ids.long()
+    return ids[index.to(ids.device)], ids[(index + 1).to(ids.device)]
+
+
+def lm_batches(ids: Tensor, block_size: int, batch_size: int, seed: int) -> Iterator[LMBatch]:
+    """An endless stream of `LMBatch(*lm_blocks(ids, ...))` drawn with a generator seeded `seed`."""
+    g = _generator(seed)
+    lm_blocks(ids, block_size, batch_size, torch.Generator().manual_seed(0))  # check arguments now
+
+    def stream() -> Iterator[LMBatch]:
+        while True:
+            yield LMBatch(*lm_blocks(ids, block_size, batch_size, g))
+
+    return stream()

@@ -1,0 +1,261 @@
+"""A decoder-only language model from the book's own blocks (notebook 13).
+
+A GPT is the Transformer's decoder without cross-attention: token embedding + positions,
+N layers of masked self-attention and FFN, a final LayerNorm (pre-norm) and a generator
+tied to the token embedding. The layer with exactly those two sublayers is the book's
+`EncoderLayer`; under a causal mask it is a GPT block. It uses the same `KVCache` as the
+encoder-decoder (`cross=False`), and the decoding algorithms of `utils.decoding` through
+`LMScorer`.
+
+Shapes: token ids `(B, T)`, logits `(B, T, vocab_size)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from utils.attention import KVCache
+from utils.checks import check_dropout, check_positive_int, check_token_ids
+from utils.decoding import evaluation, greedy_search, sample
+from utils.embeddings import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    tie_weights,
+)
+from utils.layers import EncoderLayer, LayerNorm, use_fast_path
+from utils.masks import causal_mask
+from utils.model import Generator
+
+__all__ = ["GPTConfig", "GPT", "LMScorer", "generate"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Hyper-parameters of the decoder-only model, with the paper's names.
+
+    Args:
+        vocab_size: number of token ids.
+        d_model, n_heads, d_ff, n_layers, dropout: as in `utils.model.TransformerConfig`.
+        max_len: the context: the longest sequence the positional table accepts.
+        norm_first: pre-norm (GPT-2's choice, the default here) or the paper's post-norm.
+        positional: "learned" (GPT's choice) or "sinusoidal" (the paper's).
+        tie_embeddings: one matrix for the token embedding and the generator.
+        fused: build on the fast path (`utils.layers.use_fast_path`).
+    """
+
+    vocab_size: int
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int = 512
+    n_layers: int = 4
+    dropout: float = 0.0
+    max_len: int = 256
+    norm_first: bool = True
+    positional: str = "learned"
+    tie_embeddings: bool = True
+    fused: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            check_positive_int(name, getattr(self, name))
+        check_dropout(self.dropout)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
+        if self.positional not in ("learned", "sinusoidal"):
+            raise ValueError(
+                f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}"
+            )
+        for name in ("norm_first", "tie_embeddings", "fused"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    def replace(self, **changes: Any) -> GPTConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+class GPT(nn.Module):
+    """Decoder-only Transformer: `forward(tokens (B, T), cache=None)` -> logits `(B, T, V)`.
+
+    Attributes:
+        token: `TokenEmbedding` (scaled by √d_model, N(0, 1/d_model) init as in the book).
+        position: the positional encoding, with the embedding dropout.
+        layers: N `EncoderLayer`s, run under a causal mask.
+        norm: the final `LayerNorm` (pre-norm only; post-norm layers end in one).
+        generator: `Generator`, its weight tied to `token.weight` when `tie_embeddings`.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        self.token = TokenEmbedding(config.vocab_size, config.d_model)
+        positional = (
+            LearnedPositionalEncoding
+            if config.positional == "learned"
+            else SinusoidalPositionalEncoding
+        )
+        self.position = positional(config.d_model, config.max_len, dropout=config.dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                config.d_model,
+                config.n_heads,
+                config.d_ff,
+                config.dropout,
+                norm_first=config.norm_first,
+            )
+            for _ in range(config.n_layers)
+        )
+        self.norm = LayerNorm(config.d_model) if config.norm_first else None
+        self.generator = Generator(config.d_model, config.vocab_size)
+        self.reset_parameters()
+        if config.tie_embeddings:
+            tie_weights(self.generator.proj, self.token)
+        if config.fused:
+            use_fast_path(self)
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Xavier-uniform for the layers' matrices (as `utils.model.Transformer`); the
+        embeddings keep their own initialisations."""
+        for module in self.layers.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        if not self.config.tie_embeddings:
+            nn.init.xavier_uniform_(self.generator.proj.weight)
+        nn.init.zeros_(self.generator.proj.bias)
+
+    def init_cache(self) -> KVCache:
+        """An empty key/value cache (self-attention only) for `forward(..., cache=...)`."""
+        return KVCache(self.config.n_layers, cross=False)
+
+    def forward(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
+        """`tokens (B, T)` -> logits `(B, T, vocab_size)`; logits at t predict token t + 1.
+
+        With `cache`, `tokens` are the *new* positions `cache.length ..`; they attend to
+        the cached keys/values and `cache.length` grows by T.
+        """
+        check_token_ids(tokens)
+        offset = 0
+        if cache is not None:
+            if not isinstance(cache, KVCache) or len(cache.self_attn) != len(self.layers):
+                raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
+            if cache.batch_size is not None and cache.batch_size != tokens.shape[0]:
+                raise ValueError(
+                    f"the cache holds a batch of {cache.batch_size}, but tokens has batch "
+                    f"size {tokens.shape[0]}"
+                )
+            offset = cache.length
+        if offset + tokens.shape[1] > self.config.max_len:
+            raise ValueError(
+                f"positions up to {offset + tokens.shape[1]} exceed the context "
+                f"max_len={self.config.max_len}"
+            )
+        x = self.position(self.token(tokens), offset=offset)
+        mask = causal_mask(tokens.shape[1], device=tokens.device, offset=offset)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, None if cache is None else cache.self_attn[i])
+        if cache is not None:
+            cache.length = offset + tokens.shape[1]
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.generator(x)
+
+
+class LMScorer:
+    """Next-token logits of a `GPT`, for `utils.decoding` (greedy search, sampling).
+
+    The model sees at most `max_len` tokens. Longer generations slide a window: when the
+    sequence would outgrow the context, the window's start jumps forward by half the
+    context and the model reads `prefix[:, start:]` (positions restart at 0). With
+    `use_cache=True` the cache is rebuilt at each jump and otherwise extended one token at
+    a time; without it the window is recomputed every step. Both read exactly the same
+    window, so both give the same logits (within float rounding).
+    """
+
+    slides = True  # longer than max_len is allowed (see above)
+
+    def __init__(self, model: GPT, use_cache: bool = True) -> None:
+        if not isinstance(model, GPT):
+            raise ValueError(f"model must be a utils.gpt.GPT, got {type(model).__name__}")
+        self.model = model
+        self.use_cache = use_cache
+        self.max_positions = model.config.max_len
+        self.cache = model.init_cache() if use_cache else None
+        self.start = 0
+
+    def window_start(self, length: int) -> int:
+        """Where the window starts for a sequence of `length` tokens."""
+        context, hop = self.max_positions, max(1, self.max_positions // 2)
+        if length <= context:
+            return 0
+        return ((length - context - 1) // hop + 1) * hop
+
+    def next_logits(self, prefix: Tensor) -> Tensor:
+        start = self.window_start(prefix.shape[1])
+        if self.cache is None:
+            return self.model(prefix[:, start:])[:, -1]
+        if start != self.start:
+            self.cache, self.start = self.model.init_cache(), start
+        new = prefix[:, start + self.cache.length :]
+        return self.model(new, cache=self.cache)[:, -1]
+
+    def reorder(self, index: Tensor) -> None:
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+
+def generate(
+    model: GPT,
+    prompt: Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    use_cache: bool = True,
+) -> Tensor:
+    """Continue `prompt (B, t0)` by `max_new_tokens` tokens -> `(B, t0 + max_new_tokens)`.
+
+    Sampling (temperature, top-k, top-p; reproducible with a seeded `generator`) or greedy.
+    A prompt longer than the context is a `ValueError`: the model could not read it whole.
+    """
+    check_token_ids(prompt, "prompt")
+    check_positive_int("max_new_tokens", max_new_tokens)
+    if prompt.shape[1] == 0:
+        raise ValueError("prompt must hold at least one token")
+    if prompt.shape[1] > model.config.max_len:
+        raise ValueError(
+            f"prompt of {prompt.shape[1]} tokens is longer than the context "
+            f"max_len={model.config.max_len}"
+        )
+    if prompt.numel() and (int(prompt.min()) < 0 or int(prompt.max()) >= model.config.vocab_size):
+        raise ValueError(
+            f"prompt ids must be in [0, {model.config.vocab_size}), got "
+            f"[{int(prompt.min())}, {int(prompt.max())}]"
+        )
+    max_len = prompt.shape[1] + max_new_tokens
+    with evaluation(model):
+        scorer = LMScorer(model, use_cache=use_cache)
+        if greedy:
+            return greedy_search(scorer, prompt, max_len, eos_id=None)
+        return sample(
+            scorer,
+            prompt,
+            max_len,
+            eos_id=None,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        )
