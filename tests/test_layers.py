@@ -13,6 +13,7 @@ from utils.layers import (
     FeedForward,
     LayerNorm,
     SublayerConnection,
+    xavier_init_,
 )
 from utils.masks import (
     causal_mask,
@@ -327,3 +328,21 @@ def test_layer_bad_input() -> None:
         dec(torch.randn(2, 5, D_MODEL), torch.randn(3, 7, D_MODEL))
     with pytest.raises(ValueError, match="memory must have last dim"):
         dec(torch.randn(2, 5, D_MODEL), torch.randn(2, 7, 16))
+
+
+def test_xavier_init_touches_weight_matrices_only() -> None:
+    torch.manual_seed(0)
+    layer = EncoderLayer(D_MODEL, N_HEADS, D_FF)
+    before = {name: p.clone() for name, p in layer.named_parameters()}
+    assert xavier_init_(layer) is layer
+    for name, p in layer.named_parameters():
+        if p.dim() > 1:
+            fan_out, fan_in = p.shape
+            bound = (6 / (fan_in + fan_out)) ** 0.5
+            assert not torch.equal(p, before[name]), name  # redrawn
+            assert p.abs().max() <= bound
+            assert p.abs().max() > 0.9 * bound  # uniform up to the bound, not PyTorch's default
+        else:
+            assert torch.equal(p, before[name]), name  # biases and LayerNorm untouched
+    with pytest.raises(ValueError, match="module must be an nn.Module, got Tensor"):
+        xavier_init_(torch.zeros(2, 2))

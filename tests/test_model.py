@@ -26,6 +26,7 @@ from utils.model import (
     Transformer,
     TransformerConfig,
     count_parameters,
+    make_embedding,
     parameter_breakdown,
     transformer_parameter_count,
 )
@@ -432,3 +433,17 @@ def test_bad_input() -> None:
         model(src, tgt + 13)
     with pytest.raises(ValueError, match="config must be a TransformerConfig"):
         Transformer({"d_model": 32})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_make_embedding_is_the_transformers_input_block(positional: str) -> None:
+    config = small_config(positional=positional)
+    model = Transformer(config).eval()
+    embed = make_embedding(config, config.src_vocab_size).eval()
+    embed.load_state_dict(model.src_embed.state_dict())  # strict: the same modules and names
+    src = _tokens(11, 7, [7, 5])
+    torch.testing.assert_close(embed(src), model.src_embed(src))
+    assert embed.position.dropout.p == config.dropout
+    assert embed.token.padding_idx == config.pad_id
+    with pytest.raises(ValueError, match="vocab_size must be a positive int"):
+        make_embedding(config, 0)

@@ -41,6 +41,7 @@ __all__ = [
     "EncoderLayer",
     "DecoderLayer",
     "use_fast_path",
+    "xavier_init_",
 ]
 
 
@@ -371,4 +372,22 @@ def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
     for m in module.modules():
         if isinstance(m, MultiHeadAttention | LayerNorm):
             m.fused = enabled
+    return module
+
+
+@torch.no_grad()
+def xavier_init_(module: nn.Module) -> nn.Module:
+    """Xavier-uniform every weight matrix (every parameter with dim > 1) of `module`, in place.
+
+    The book's initialisation of attention and FFN matrices (the one
+    `utils.model.Transformer.reset_parameters` gives them, notebook 09 section 4): it keeps
+    an activation's variance roughly constant through each linear map. Biases and LayerNorm
+    parameters (dim 1) keep their defaults. Do not call it on embedding tables: their
+    initialisation is N(0, 1/d_model) (`TokenEmbedding.reset_parameters`). Returns `module`.
+    """
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")
+    for p in module.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
     return module

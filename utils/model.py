@@ -50,6 +50,7 @@ __all__ = [
     "Decoder",
     "Generator",
     "Transformer",
+    "make_embedding",
     "count_parameters",
     "parameter_breakdown",
     "transformer_parameter_count",
@@ -374,6 +375,20 @@ def _embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
             position=positional(config.d_model, config.max_len, dropout=config.dropout),
         )
     )
+
+
+def make_embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
+    """The input block of either stack, built exactly as `Transformer` builds its own.
+
+    `nn.Sequential(token=TokenEmbedding(vocab_size, d_model, padding_idx=config.pad_id)`
+    (lookup scaled by √d_model), `position=` the positional encoding named by
+    `config.positional`, with `config.dropout`): tokens `(batch, S)` -> `(batch, S, d_model)`,
+    i.e. `Dropout(Embed(tokens)·√d_model + PE)`. Notebooks 07 and 08 use it to feed a bare
+    `Encoder` or `Decoder`.
+    """
+    _check_config(config)
+    check_positive_int("vocab_size", vocab_size)
+    return _embedding(config, vocab_size)
 
 
 class Transformer(nn.Module):
