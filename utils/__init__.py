@@ -13,6 +13,8 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `layers`       feed-forward, LayerNorm, sublayers, encoder/decoder layers -- notebooks 06-08
 - `model`        encoder, decoder, the Transformer and its config      -- notebook 09
 - `parity`       copy our weights into torch.nn modules, for parity checks -- notebooks 04-09
+- `data`         padding, shifted decoder input, length buckets, synthetic tasks -- notebook 10
+- `training`     label smoothing, warm-up schedule, the training loop  -- notebook 10
 
 Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;
 masks are boolean with `True` = may attend, broadcastable to `(batch, heads, queries, keys)`;

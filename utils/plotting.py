@@ -3,7 +3,8 @@
 - `plot_attention`: attention weights, queries (rows) x keys (columns);
 - `plot_mask`: a boolean mask, True = may attend;
 - `plot_positional_encoding`: a positional-encoding matrix, positions x dimensions;
-- `plot_attention_grid`: multi-head maps, one panel per head (and a row per layer).
+- `plot_attention_grid`: multi-head maps, one panel per head (and a row per layer);
+- `plot_history`: training curves, the loss and the learning rate against the step.
 
 Every function accepts a torch tensor or a NumPy array, validates its rank and labels, and
 returns the matplotlib figure and axes so a notebook can adjust them.
@@ -11,7 +12,7 @@ returns the matplotlib figure and axes so a notebook can adjust them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "plot_mask",
     "plot_positional_encoding",
     "plot_attention_grid",
+    "plot_history",
 ]
 
 ATTENTION_CMAP = "viridis"  # perceptually uniform: weight 0 is dark, weight 1 is bright
@@ -323,3 +325,71 @@ def plot_attention_grid(
     if title:
         fig.suptitle(title)
     return fig, axes
+
+
+def _history_curves(history: object, name: str) -> dict[str, np.ndarray]:
+    """`step`, `loss`, `lr` of one training history (an object or a dict), as float arrays."""
+    curves = {}
+    for key in ("step", "loss", "lr"):
+        value = history.get(key) if isinstance(history, Mapping) else getattr(history, key, None)
+        if value is None:
+            raise ValueError(
+                f"{name} must have step, loss and lr (a utils.training.History or its "
+                f"to_dict()), but has no {key!r}"
+            )
+        curves[key] = np.asarray(value, dtype=float)
+    if not len(curves["step"]) == len(curves["loss"]) == len(curves["lr"]):
+        raise ValueError(
+            f"{name}: step, loss and lr must have one length, got {len(curves['step'])}, "
+            f"{len(curves['loss'])}, {len(curves['lr'])}"
+        )
+    if len(curves["step"]) == 0:
+        raise ValueError(f"{name} is empty (nothing was logged)")
+    return curves
+
+
+def plot_history(
+    history: object,
+    ax: Sequence[Axes] | np.ndarray | None = None,
+    *,
+    title: str | None = None,
+) -> tuple[Figure, np.ndarray]:
+    """Training curves side by side: the loss (log scale) and the learning rate per step.
+
+    Args:
+        history: a `utils.training.History` (or its `to_dict()`), or a dict
+            `{label: history}` to compare several runs in one figure, with a legend.
+        ax: two axes to draw into (loss, lr); default a new figure.
+        title: figure title.
+
+    Returns:
+        `(figure, axes)`, `axes` an array of the two axes.
+    """
+    single = not isinstance(history, Mapping) or "step" in history
+    runs = {"": history} if single else dict(history)  # type: ignore[arg-type]
+    if not runs:
+        raise ValueError("history is an empty dict; give a History or {label: History}")
+    curves = {label: _history_curves(h, f"history {label!r}" if label else "history")
+              for label, h in runs.items()}
+    if ax is None:
+        fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
+    else:
+        axes = np.asarray(ax, dtype=object).ravel()
+        if len(axes) != 2 or not all(isinstance(a, Axes) for a in axes):
+            raise ValueError(f"ax must be two matplotlib Axes (loss, lr), got {ax!r}")
+        fig = axes[0].figure
+    loss_ax, lr_ax = axes
+    for label, c in curves.items():
+        loss_ax.plot(c["step"], c["loss"], label=label or None)
+        lr_ax.plot(c["step"], c["lr"], label=label or None)
+    loss_ax.set_yscale("log")
+    loss_ax.set(xlabel="step", ylabel="training loss (log scale)", title="loss")
+    lr_ax.set(xlabel="step", ylabel="learning rate", title="learning rate")
+    lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
+    for a in axes:
+        a.grid(alpha=0.3)
+    if not single:
+        loss_ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig, np.asarray(axes, dtype=object)

@@ -1,0 +1,612 @@
+"""Training: the label-smoothed loss, the warm-up schedule, Adam as in the paper, one loop.
+
+Notebook 10 derives these; every later notebook that trains calls `train`.
+
+Label smoothing (section 5.4, epsilon_ls = 0.1). The loss is the cross-entropy
+H(q, p) = -sum_v q_v log p_v against a *smoothed* target q instead of the one-hot target.
+Since H(q, p) = KL(q || p) + H(q) and H(q) does not depend on the model, minimising either
+gives the same gradients (`kl_to_smoothed` computes the KL; the tests check the identity).
+Two conventions for q are in use (`smoothed_targets`):
+
+- `"uniform"` (Szegedy et al. 2016; PyTorch's `label_smoothing=eps`): q = (1 - eps) one-hot
+  + eps / |V| on every class, so the true class gets 1 - eps + eps/|V|;
+- `"annotated"` (the Annotated Transformer): 1 - eps on the true class, eps / (|V| - 2) on
+  every class except the true one and `<pad>`, 0 on `<pad>`.
+
+Positions whose target is `pad_id` are left out of the loss (the mean runs over the other
+positions). Classes with q_v = 0 contribute exactly 0 (never 0 * log 0 = NaN), so logits of
+-inf where the target is 0 are fine.
+
+The schedule (section 5.3): lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), linear
+warm-up for `warmup` steps, then decay as 1/sqrt(step); its peak, at step = warmup, is
+d_model^-0.5 * warmup^-0.5. Steps count from 1: at step 0 the formula divides by zero.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.std import tqdm
+
+from utils.checks import (
+    check_optional_positive_int,
+    check_positive_float,
+    check_positive_int,
+    check_token_range,
+)
+from utils.data import PAD_ID, LMBatch, Seq2SeqBatch
+from utils.env import get_device
+
+__all__ = [
+    "CONVENTIONS",
+    "smoothed_targets",
+    "label_smoothing_loss",
+    "kl_to_smoothed",
+    "noam_lr",
+    "warmup_scheduler",
+    "paper_adam",
+    "History",
+    "train",
+    "seq2seq_loss",
+    "lm_loss",
+    "exact_match",
+]
+
+CONVENTIONS = ("uniform", "annotated")
+
+
+# --------------------------------------------------------------------------------------------
+# label smoothing
+# --------------------------------------------------------------------------------------------
+
+
+def _check_smoothing(smoothing: object) -> float:
+    if isinstance(smoothing, bool) or not isinstance(smoothing, int | float) or not (
+        0.0 <= smoothing < 1.0
+    ):
+        raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
+    return float(smoothing)
+
+
+def _check_convention(convention: object, vocab_size: int, pad_id: int | None) -> None:
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    if convention == "annotated":
+        if pad_id is None:
+            raise ValueError('convention "annotated" needs a pad_id (it puts 0 on <pad>)')
+        if vocab_size < 3:
+            raise ValueError(
+                f'convention "annotated" needs vocab_size >= 3 (eps is spread over |V| - 2 '
+                f"classes), got {vocab_size}"
+            )
+
+
+def _check_pad_id(pad_id: object, vocab_size: int) -> None:
+    if pad_id is None:
+        return
+    if isinstance(pad_id, bool) or not isinstance(pad_id, int) or not 0 <= pad_id < vocab_size:
+        raise ValueError(f"pad_id must be None or an int in [0, {vocab_size}), got {pad_id!r}")
+
+
+def _check_target(target: object, name: str = "target") -> Tensor:
+    if not isinstance(target, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of class ids, got {type(target).__name__}")
+    if target.is_floating_point() or target.is_complex() or target.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer class ids, got {target.dtype}")
+    return target
+
+
+def smoothed_targets(
+    target: Tensor,
+    vocab_size: int,
+    smoothing: float,
+    pad_id: int | None = None,
+    convention: str = "uniform",
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """The smoothed target distribution q for each position.
+
+    Args:
+        target: `(N,)` true class ids in `[0, vocab_size)`.
+        vocab_size: |V|.
+        smoothing: eps in [0, 1).
+        pad_id: rows whose target is `pad_id` become all-zero (they are left out of the loss);
+            with `"annotated"` the `<pad>` column is 0 too. `None`: no padding.
+        convention: `"uniform"` or `"annotated"` (see the module docstring).
+        dtype: the floating-point type of the result.
+
+    Returns:
+        `(N, vocab_size)` of `dtype`; each non-pad row sums to 1.
+    """
+    target = _check_target(target)
+    if target.dim() != 1:
+        raise ValueError(f"target must be 1-D (N,), got shape {tuple(target.shape)}")
+    check_positive_int("vocab_size", vocab_size)
+    eps = _check_smoothing(smoothing)
+    _check_pad_id(pad_id, vocab_size)
+    _check_convention(convention, vocab_size, pad_id)
+    check_token_range(target, vocab_size, "target")
+    n, true = target.shape[0], target.long()[:, None]
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    like = {"dtype": dtype, "device": target.device}
+    if convention == "uniform":
+        q = torch.full((n, vocab_size), eps / vocab_size, **like)
+        q.scatter_add_(1, true, torch.full((n, 1), 1.0 - eps, **like))
+    else:
+        q = torch.full((n, vocab_size), eps / (vocab_size - 2), **like)
+        q[:, pad_id] = 0.0
+        q.scatter_(1, true, 1.0 - eps)
+    if pad_id is not None:
+        q[target == pad_id] = 0.0
+    return q
+
+
+def _per_token_loss(
+    logits: Tensor, target: Tensor, eps: float, pad_id: int | None, convention: str
+) -> tuple[Tensor, Tensor]:
+    """(loss per position `(N,)`, 1.0 where counted `(N,)`) for `logits (N, V)`, `target (N,)`.
+
+    The cross-entropy -sum_v q_v log p_v, written without building q: the true class has
+    weight 1 - eps (+ eps/|V| in "uniform"), the rest share eps. A weight that is 0 is never
+    multiplied by log p (no 0 * -inf = NaN): with eps = 0 the smoothing term is skipped, and
+    in "annotated" the excluded classes are replaced by 0 before summing.
+    """
+    vocab_size = logits.shape[-1]
+    logp = F.log_softmax(logits, dim=-1)
+    true = target.long()[:, None]
+    logp_true = logp.gather(1, true).squeeze(1)
+    loss = -(1.0 - eps) * logp_true
+    if eps > 0.0:
+        if convention == "uniform":
+            loss = loss - (eps / vocab_size) * logp.sum(-1)
+        else:
+            others = logp.scatter(1, true, 0.0)
+            others[:, pad_id] = 0.0
+            loss = loss - (eps / (vocab_size - 2)) * others.sum(-1)
+    keep = torch.ones_like(loss) if pad_id is None else (target != pad_id).to(loss.dtype)
+    return torch.where(keep > 0, loss, torch.zeros_like(loss)), keep
+
+
+def _check_logits_target(logits: object, target: object) -> tuple[Tensor, Tensor]:
+    if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() < 1:
+        got = f"{logits.dtype} {tuple(logits.shape)}" if isinstance(logits, Tensor) else type(
+            logits
+        ).__name__
+        raise ValueError(f"logits must be a floating-point tensor (..., V), got {got}")
+    target = _check_target(target)
+    if tuple(target.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"target must have logits' shape without the last (class) dim "
+            f"{tuple(logits.shape[:-1])}, got {tuple(target.shape)}"
+        )
+    return logits, target
+
+
+def label_smoothing_loss(
+    logits: Tensor,
+    target: Tensor,
+    smoothing: float = 0.1,
+    pad_id: int | None = PAD_ID,
+    convention: str = "uniform",
+    reduction: str = "mean",
+) -> Tensor:
+    """Cross-entropy against the label-smoothed target, ignoring padding.
+
+    Args:
+        logits: `(..., V)` unnormalised scores.
+        target: `(...)` true class ids in `[0, V)` (checked on the CPU; on a GPU the check
+            would stall the device every step, see `utils.checks.check_token_range`).
+        smoothing: eps in [0, 1); 0 gives the plain cross-entropy.
+        pad_id: positions whose target is `pad_id` are ignored; `None`: none are.
+        convention: `"uniform"` (= `F.cross_entropy(..., label_smoothing=eps,
+            ignore_index=pad_id)`) or `"annotated"` (see the module docstring).
+        reduction: `"mean"` over non-pad positions (0 if there are none), `"sum"`, or
+            `"none"` (shape `(...)`, 0 at pad positions).
+
+    Returns:
+        A scalar, or `(...)` for `reduction="none"`.
+    """
+    logits, target = _check_logits_target(logits, target)
+    vocab_size = logits.shape[-1]
+    eps = _check_smoothing(smoothing)
+    _check_pad_id(pad_id, vocab_size)
+    _check_convention(convention, vocab_size, pad_id)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    check_token_range(target, vocab_size, "target")
+    per, keep = _per_token_loss(
+        logits.reshape(-1, vocab_size), target.reshape(-1), eps, pad_id, convention
+    )
+    if reduction == "none":
+        return per.reshape(target.shape)
+    if reduction == "sum":
+        return per.sum()
+    return per.sum() / keep.sum().clamp(min=1.0)  # no .item(): no host-device sync
+
+
+def kl_to_smoothed(
+    logits: Tensor,
+    target: Tensor,
+    smoothing: float = 0.1,
+    pad_id: int | None = PAD_ID,
+    convention: str = "uniform",
+) -> Tensor:
+    """KL(q || p) averaged over non-pad positions, with q the smoothed target.
+
+    KL(q || p) = sum_v q_v (log q_v - log p_v) with 0 log 0 = 0, so
+    `label_smoothing_loss(...) == kl_to_smoothed(...) + H(q)`: the loss and the KL differ
+    by the entropy of the target, a constant. This one builds q explicitly (`(N, V)`), as
+    the derivation does; use it to check, `label_smoothing_loss` to train. Shapes as there.
+    """
+    logits, target = _check_logits_target(logits, target)
+    vocab_size = logits.shape[-1]
+    flat = target.reshape(-1)
+    q = smoothed_targets(flat, vocab_size, smoothing, pad_id, convention, dtype=logits.dtype)
+    logp = F.log_softmax(logits.reshape(-1, vocab_size), dim=-1)
+    cross = torch.where(q > 0, q * logp, torch.zeros_like(logp))  # 0 * log p := 0
+    per = (torch.xlogy(q, q) - cross).sum(-1)
+    count = (q.sum(-1) > 0).sum().clamp(min=1)
+    return per.sum() / count
+
+
+# --------------------------------------------------------------------------------------------
+# the learning-rate schedule and the optimizer
+# --------------------------------------------------------------------------------------------
+
+
+def noam_lr(step: int, d_model: int, warmup: int) -> float:
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (the paper's equation 3).
+
+    `step` counts optimizer steps from 1; step 0 would divide by zero (0^-0.5).
+    The peak is at `step == warmup`: d_model^-0.5 * warmup^-0.5.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(
+            f"step must be an int >= 1 (the schedule has 0^-0.5 at step 0; count steps from "
+            f"1), got {step!r}"
+        )
+    check_positive_int("d_model", d_model)
+    check_positive_int("warmup", warmup)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def warmup_scheduler(
+    optimizer: torch.optim.Optimizer, d_model: int, warmup: int, factor: float = 1.0
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The paper's schedule as a `LambdaLR`: the lr of optimizer step s is factor * noam_lr(s).
+
+    `LambdaLR` multiplies each group's *base* lr by the lambda, so the optimizer must be
+    created with lr = 1.0 (as `paper_adam` does): then the lr is the schedule's value itself.
+    `LambdaLR` calls the lambda once at construction with step 0 and then after each
+    `scheduler.step()`; the lambda adds 1, so the first optimizer step uses noam_lr(1) and
+    the k-th uses noam_lr(k) (call `scheduler.step()` after `optimizer.step()`).
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    check_positive_int("d_model", d_model)
+    check_positive_int("warmup", warmup)
+    factor = check_positive_float("factor", factor)
+    for i, group in enumerate(optimizer.param_groups):
+        base = group.get("initial_lr", group["lr"])
+        if base != 1.0:
+            raise ValueError(
+                f"the optimizer's base lr must be 1.0 (the schedule gives the lr itself; scale "
+                f"it with factor), got lr={base} in param group {i}"
+            )
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: factor * noam_lr(s + 1, d_model, warmup)
+    )
+
+
+def paper_adam(
+    params: Iterable[nn.Parameter] | Iterable[dict], lr: float = 1.0
+) -> torch.optim.Adam:
+    """Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (section 5.3).
+
+    lr = 1.0 by default: `warmup_scheduler` then sets the actual lr each step.
+    """
+    return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# the training loop
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class History:
+    """What `train` measured, one entry per log step (every `log_every` steps and the last).
+
+    Attributes:
+        step: the optimizer step (1-based) of each entry.
+        loss: the mean training loss over the steps since the previous entry.
+        lr: the learning rate used at that step (first param group).
+        tokens_per_s: tokens (`batch.n_tokens`) per second of training since the previous
+            entry (evaluation time excluded).
+        elapsed_s: seconds since training started, evaluations included.
+        evals: what `eval_fn` returned, each with its `"step"` added.
+        stop_reason: `"steps"` (budget reached), `"time"` (`max_seconds` passed),
+            `"data"` (the batch iterator ran out) or `"nonfinite"` (the loss became inf/NaN).
+    """
+
+    step: list[int] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    tokens_per_s: list[float] = field(default_factory=list)
+    elapsed_s: list[float] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    stop_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict of lists (JSON-serialisable)."""
+        return asdict(self)
+
+    @property
+    def steps_done(self) -> int:
+        return self.step[-1] if self.step else 0
+
+    @property
+    def final_loss(self) -> float:
+        """The last logged loss (NaN when nothing was logged)."""
+        return self.loss[-1] if self.loss else math.nan
+
+
+def _batch_tokens(batch: object) -> int:
+    n = getattr(batch, "n_tokens", None)
+    if n is not None:
+        return int(n)
+    if isinstance(batch, tuple | list) and batch and isinstance(batch[-1], Tensor):
+        return batch[-1].numel()  # (x, y): every target counts
+    return 0
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True)
+    if hasattr(batch, "to"):
+        return batch.to(device)
+    if isinstance(batch, tuple | list):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, Mapping):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def train(
+    model: nn.Module,
+    batches: Iterator[Any],
+    loss_fn: Callable[[nn.Module, Any], Tensor],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    *,
+    steps: int,
+    clip_norm: float | None = None,
+    max_seconds: float | None = None,
+    device: torch.device | str | None = None,
+    log_every: int = 10,
+    eval_fn: Callable[[nn.Module, int], dict] | None = None,
+    eval_every: int | None = None,
+    progress: bool = True,
+) -> History:
+    """Train `model` for `steps` optimizer steps; return the `History`.
+
+    Each step: `batch = next(batches)`, moved to `device`; `loss = loss_fn(model, batch)`;
+    backward; optional gradient clipping to total norm `clip_norm`; `optimizer.step()`; then
+    `scheduler.step()` if given.
+
+    Budgets: `steps` is the budget that makes a run reproducible (the same seed and steps
+    give the same model on the same machine). `max_seconds` is only a guard: the loop stops
+    early when it has passed, and `History.stop_reason` says so; how far a run gets in a
+    given time depends on the machine.
+
+    Device: `device` defaults to `utils.get_device()`; the model and each batch are moved
+    there. The loop reads nothing from the device except at log steps (`.item()` of the
+    accumulated loss every `log_every` steps), so a GPU is never stalled in between; batches
+    should be made on the CPU (tokens are counted there, before the move).
+
+    Evaluation: every `eval_every` steps (and after the last step) `eval_fn(model, step)` is
+    called with `model.eval()` under `torch.no_grad()`; its dict (plus `"step"`) goes into
+    `History.evals`, then the model goes back to training mode. When training ends the model
+    is left in the mode it had before `train` was called.
+
+    Progress: a plain-text `tqdm` bar (no widgets, so executed notebooks store only text)
+    with the running loss; `progress=False` hides it. If the loss becomes inf or NaN the loop
+    stops at the next log step (`stop_reason="nonfinite"`).
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn must be callable (model, batch) -> loss, got {loss_fn!r}")
+    check_positive_int("steps", steps)
+    check_positive_int("log_every", log_every)
+    if clip_norm is not None:
+        check_positive_float("clip_norm", clip_norm)
+    if max_seconds is not None:
+        check_positive_float("max_seconds", max_seconds)
+    check_optional_positive_int("eval_every", eval_every)
+    if eval_every is not None and eval_fn is None:
+        raise ValueError("eval_every is set but eval_fn is None; give both or neither")
+    if eval_fn is not None and not callable(eval_fn):
+        raise ValueError(f"eval_fn must be callable (model, step) -> dict, got {eval_fn!r}")
+    device = get_device() if device is None else torch.device(device)
+    if not hasattr(batches, "__next__"):
+        batches = iter(batches)
+
+    was_training = model.training
+    model.to(device)
+    model.train()
+    history = History()
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
+    bar = tqdm(total=steps, disable=not progress, file=sys.stderr, ncols=90, mininterval=0.5,
+               desc="train", unit="step")
+    clock = {"start": time.perf_counter(), "last_log": time.perf_counter(), "eval": 0.0}
+    running = torch.zeros((), device=device)  # summed on the device: no sync per step
+    n_running = tokens = step = 0
+    lr = float(optimizer.param_groups[0]["lr"])
+
+    def log() -> float:
+        """Append the mean loss since the last log step; the loop's one host-device sync."""
+        nonlocal running, n_running, tokens
+        mean = running.item() / n_running
+        now = time.perf_counter()
+        train_time = max(now - clock["last_log"] - clock["eval"], 1e-9)
+        history.step.append(step)
+        history.loss.append(mean)
+        history.lr.append(lr)
+        history.tokens_per_s.append(tokens / train_time)
+        history.elapsed_s.append(now - clock["start"])
+        bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.2e}", refresh=False)
+        running = torch.zeros((), device=device)
+        n_running = tokens = 0
+        clock["last_log"], clock["eval"] = now, 0.0
+        return mean
+
+    def evaluate() -> None:
+        t0 = time.perf_counter()
+        model.eval()
+        with torch.no_grad():
+            result = eval_fn(model, step)  # type: ignore[misc]
+        model.train()
+        if not isinstance(result, Mapping):
+            raise ValueError(f"eval_fn must return a dict, got {type(result).__name__}")
+        history.evals.append({"step": step, **result})
+        clock["eval"] += time.perf_counter() - t0  # not counted as training time
+
+    history.stop_reason = "steps"
+    try:
+        while step < steps:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                history.stop_reason = "data"
+                break
+            step += 1
+            tokens += _batch_tokens(batch)
+            batch = _to_device(batch, device)
+            loss = loss_fn(model, batch)
+            if not isinstance(loss, Tensor) or loss.dim() != 0:
+                raise ValueError(f"loss_fn must return a scalar tensor, got {loss!r}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, clip_norm)
+            lr = float(optimizer.param_groups[0]["lr"])  # the lr this step uses
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            running = running + loss.detach().float()
+            n_running += 1
+            bar.update(1)
+            out_of_time = (
+                max_seconds is not None and time.perf_counter() - clock["start"] > max_seconds
+            )
+            if step % log_every == 0 or step == steps or out_of_time:
+                if not math.isfinite(log()):
+                    history.stop_reason = "nonfinite"
+                    break
+            if eval_every is not None and step % eval_every == 0:
+                evaluate()
+            if out_of_time:
+                history.stop_reason = "time"
+                break
+        if n_running:  # the iterator ran out between log steps
+            log()
+        if eval_fn is not None and step > 0 and (
+            not history.evals or history.evals[-1]["step"] != step
+        ):
+            evaluate()  # always after the last step
+    finally:
+        bar.close()
+        model.train(was_training)
+    return history
+
+
+# --------------------------------------------------------------------------------------------
+# loss functions for `train`, and a metric
+# --------------------------------------------------------------------------------------------
+
+
+def seq2seq_loss(
+    smoothing: float = 0.1, pad_id: int = PAD_ID, convention: str = "uniform"
+) -> Callable[[nn.Module, Seq2SeqBatch], Tensor]:
+    """`loss_fn(model, batch)`: `label_smoothing_loss(model(batch.src, batch.tgt_in),
+    batch.tgt_out, ...)` for an encoder-decoder and `Seq2SeqBatch`es."""
+    _check_smoothing(smoothing)
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+
+    def loss_fn(model: nn.Module, batch: Seq2SeqBatch) -> Tensor:
+        logits = model(batch.src, batch.tgt_in)
+        return label_smoothing_loss(logits, batch.tgt_out, smoothing, pad_id, convention)
+
+    return loss_fn
+
+
+def lm_loss(
+    smoothing: float = 0.0, pad_id: int | None = None, convention: str = "uniform"
+) -> Callable[[nn.Module, LMBatch | tuple[Tensor, Tensor]], Tensor]:
+    """`loss_fn(model, batch)` for a decoder-only LM: `model(x)` -> logits `(B, T, V)` vs `y`.
+
+    `batch` is an `LMBatch` or an `(x, y)` pair. No smoothing and no padding by default
+    (windows of one text have none).
+    """
+    _check_smoothing(smoothing)
+    if convention not in CONVENTIONS:
+        raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+
+    def loss_fn(model: nn.Module, batch: LMBatch | tuple[Tensor, Tensor]) -> Tensor:
+        x, y = batch
+        return label_smoothing_loss(model(x), y, smoothing, pad_id, convention)
+
+    return loss_fn
+
+
+def exact_match(
+    predictions: Sequence[Sequence[int] | Tensor], references: Sequence[Sequence[int] | Tensor]
+) -> float:
+    """The fraction of predictions equal to their reference, token for token.
+
+    Compare like with like: strip `<bos>`, `<eos>` and padding from both first (e.g.
+    `utils.decoding.strip_special`).
+    """
+    def as_list(seq: object, name: str) -> list[int]:
+        if isinstance(seq, Tensor):
+            if seq.dim() != 1:
+                raise ValueError(f"{name} must be 1-D id sequences, got shape {tuple(seq.shape)}")
+            return seq.tolist()
+        if isinstance(seq, str) or not isinstance(seq, Sequence):
+            raise ValueError(f"{name} must hold id sequences, got {type(seq).__name__}")
+        return list(seq)
+
+    if isinstance(predictions, Tensor):
+        predictions = list(predictions)
+    if isinstance(references, Tensor):
+        references = list(references)
+    if len(predictions) != len(references):
+        raise ValueError(
+            f"predictions and references must have one length, got {len(predictions)} "
+            f"and {len(references)}"
+        )
+    if len(predictions) == 0:
+        raise ValueError("exact_match needs at least one prediction, got none")
+    hits = sum(
+        as_list(p, "predictions") == as_list(r, "references")
+        for p, r in zip(predictions, references, strict=True)
+    )
+    return hits / len(predictions)
