@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from utils.checks import check_dropout, check_positive_int, check_token_ids
+from utils.checks import check_bool_mask, check_dropout, check_positive_int, check_token_ids
 
 
 @pytest.mark.parametrize(
@@ -14,6 +14,8 @@ from utils.checks import check_dropout, check_positive_int, check_token_ids
         (lambda: check_dropout(1.0), r"dropout must be a probability in \[0, 1\), got 1.0"),
         (lambda: check_token_ids(torch.zeros(2, 3)), "integer tensor of token ids"),
         (lambda: check_token_ids(torch.zeros(3, dtype=torch.long), "src"), r"src must be 2-D"),
+        (lambda: check_bool_mask(torch.ones(2, 2)), r"mask must be a bool tensor .*torch.float32"),
+        (lambda: check_bool_mask([[True]], "mask 0"), "mask 0 must be a torch.Tensor"),
     ],
 )
 def test_shared_argument_checks_name_the_problem(call, match):
@@ -25,3 +27,4 @@ def test_shared_argument_checks_pass_good_values_through():
     assert check_positive_int("n", 3) == 3
     assert check_dropout(0) == 0.0
     check_token_ids(torch.zeros(2, 3, dtype=torch.long))
+    check_bool_mask(torch.ones(2, 2, dtype=torch.bool))

@@ -166,6 +166,8 @@ def test_learned_positional_encoding():
             r"token ids must be in \[0, 10\) for vocab_size 10, got ids in \[0, 12\]",
         ),
         (lambda: TokenEmbedding(10, 8)(torch.tensor([[-1, 3]])), r"got ids in \[-1, 3\]"),
+        # the boundary: id == vocab_size is one past the last row (an off-by-one `>` would pass)
+        (lambda: TokenEmbedding(10, 8)(torch.tensor([[0, 10]])), r"got ids in \[0, 10\]"),
         (lambda: TokenEmbedding(10, 8)(torch.zeros(1, 3)), "integer tensor"),
         (lambda: sinusoidal_encoding(10, 7), "d_model must be even"),
         (lambda: sinusoidal_encoding(0, 8), "max_len must be a positive int"),

@@ -13,6 +13,7 @@ from utils.layers import (
     FeedForward,
     LayerNorm,
     SublayerConnection,
+    xavier_init_,
 )
 from utils.masks import (
     causal_mask,
@@ -165,9 +166,24 @@ def test_sublayer_connection_dropout_on_the_sublayer_output_only_in_training() -
 # --------------------------------------------------------------------------------------------
 
 
+def _randomise_norms(module: nn.Module) -> None:
+    """Give every LayerNorm a random gain and bias, as after training.
+
+    At initialisation (gain 1, bias 0) a norm copied into the wrong slot, or not copied at
+    all, changes nothing; with random values any such mistake shows in the outputs.
+    """
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, LayerNorm):
+                m.weight.normal_(1.0, 0.5)
+                m.bias.normal_(0.0, 0.5)
+
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first: bool) -> None:
     ours = EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
+    _randomise_norms(ours)
     theirs = nn.TransformerEncoderLayer(
         D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first
     ).eval()
@@ -184,6 +200,7 @@ def test_encoder_layer_matches_torch(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_torch(norm_first: bool) -> None:
     ours = DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
+    _randomise_norms(ours)
     theirs = nn.TransformerDecoderLayer(
         D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first
     ).eval()
@@ -311,3 +328,21 @@ def test_layer_bad_input() -> None:
         dec(torch.randn(2, 5, D_MODEL), torch.randn(3, 7, D_MODEL))
     with pytest.raises(ValueError, match="memory must have last dim"):
         dec(torch.randn(2, 5, D_MODEL), torch.randn(2, 7, 16))
+
+
+def test_xavier_init_touches_weight_matrices_only() -> None:
+    torch.manual_seed(0)
+    layer = EncoderLayer(D_MODEL, N_HEADS, D_FF)
+    before = {name: p.clone() for name, p in layer.named_parameters()}
+    assert xavier_init_(layer) is layer
+    for name, p in layer.named_parameters():
+        if p.dim() > 1:
+            fan_out, fan_in = p.shape
+            bound = (6 / (fan_in + fan_out)) ** 0.5
+            assert not torch.equal(p, before[name]), name  # redrawn
+            assert p.abs().max() <= bound
+            assert p.abs().max() > 0.9 * bound  # uniform up to the bound, not PyTorch's default
+        else:
+            assert torch.equal(p, before[name]), name  # biases and LayerNorm untouched
+    with pytest.raises(ValueError, match="module must be an nn.Module, got Tensor"):
+        xavier_init_(torch.zeros(2, 2))

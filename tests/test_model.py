@@ -26,6 +26,7 @@ from utils.model import (
     Transformer,
     TransformerConfig,
     count_parameters,
+    make_embedding,
     parameter_breakdown,
     transformer_parameter_count,
 )
@@ -95,10 +96,21 @@ def _torch_transformer(config: TransformerConfig) -> nn.Transformer:
 # --------------------------------------------------------------------------------------------
 
 
+def _randomise_norms(module: nn.Module) -> None:
+    """Random LayerNorm gains and biases (as after training), so a norm copied into the wrong
+    slot, or left uncopied, changes the output; at gain 1 and bias 0 it would not."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, LayerNorm):
+                m.weight.normal_(1.0, 0.5)
+                m.bias.normal_(0.0, 0.5)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_matches_torch(norm_first: bool) -> None:
     config = small_config(norm_first=norm_first)
     ours, theirs = Encoder(config).eval(), _torch_stack("encoder", config)
+    _randomise_norms(ours)
     copy_to_torch_encoder(ours, theirs)
     mask = padding_mask(_tokens(11, 7, [7, 5, 2]), PAD)
     x = torch.randn(3, 7, config.d_model)
@@ -111,6 +123,7 @@ def test_encoder_matches_torch(norm_first: bool) -> None:
 def test_decoder_matches_torch(norm_first: bool) -> None:
     config = small_config(norm_first=norm_first)
     ours, theirs = Decoder(config).eval(), _torch_stack("decoder", config)
+    _randomise_norms(ours)
     copy_to_torch_decoder(ours, theirs)
     src, tgt = _tokens(11, 7, [7, 5, 2]), _tokens(13, 6, [6, 4, 3])
     x, memory = torch.randn(3, 6, config.d_model), torch.randn(3, 7, config.d_model)
@@ -144,6 +157,7 @@ def test_transformer_matches_torch(norm_first: bool, share_embeddings: bool) -> 
     vocab = {"tgt_vocab_size": 11} if share_embeddings else {}
     config = small_config(norm_first=norm_first, share_embeddings=share_embeddings, **vocab)
     ours, theirs = Transformer(config).eval(), _torch_transformer(config)
+    _randomise_norms(ours)
     copy_to_torch_transformer(ours, theirs)
     assert (theirs.encoder.norm is None) == (not norm_first)  # removed for post-norm
     src = _tokens(11, 7, [7, 5, 2])
@@ -292,6 +306,18 @@ def test_initialisation() -> None:
     assert torch.equal(norm.weight, torch.ones(64)) and torch.equal(norm.bias, torch.zeros(64))
 
 
+def test_generator_returns_raw_logits() -> None:
+    """The generator is one affine map; no softmax (the loss applies log_softmax itself)."""
+    torch.manual_seed(0)
+    generator = Generator(8, 5)
+    x = 3.0 * torch.randn(2, 4, 8)
+    logits = generator(x)
+    torch.testing.assert_close(logits, x @ generator.proj.weight.T + generator.proj.bias)
+    # Probabilities would be positive and sum to 1 along the vocabulary; logits do neither.
+    assert (logits < 0).any()
+    assert (logits.sum(-1) - 1.0).abs().max() > 0.1
+
+
 def test_encode_decode_are_the_forward_pass() -> None:
     model = Transformer(small_config()).eval()
     src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
@@ -407,3 +433,17 @@ def test_bad_input() -> None:
         model(src, tgt + 13)
     with pytest.raises(ValueError, match="config must be a TransformerConfig"):
         Transformer({"d_model": 32})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_make_embedding_is_the_transformers_input_block(positional: str) -> None:
+    config = small_config(positional=positional)
+    model = Transformer(config).eval()
+    embed = make_embedding(config, config.src_vocab_size).eval()
+    embed.load_state_dict(model.src_embed.state_dict())  # strict: the same modules and names
+    src = _tokens(11, 7, [7, 5])
+    torch.testing.assert_close(embed(src), model.src_embed(src))
+    assert embed.position.dropout.p == config.dropout
+    assert embed.token.padding_idx == config.pad_id
+    with pytest.raises(ValueError, match="vocab_size must be a positive int"):
+        make_embedding(config, 0)

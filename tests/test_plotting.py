@@ -90,20 +90,36 @@ def test_grid_has_one_panel_per_head():
     weights = torch.softmax(torch.randn(4, 3, 3), dim=-1)
     fig, axes = plot_attention_grid(weights, TOKENS[:3], TOKENS[:3])
     assert axes.shape == (1, 4)
-    assert [ax.get_title() for ax in axes[0]] == ["head 1", "head 2", "head 3", "head 4"]
+    assert [ax.get_title() for ax in axes[0]] == ["head 0", "head 1", "head 2", "head 3"]
     for h, ax in enumerate(axes[0]):
         drawn = np.asarray(ax.collections[0].get_array()).reshape(3, 3)
         np.testing.assert_allclose(drawn, weights[h].numpy(), rtol=1e-6)
     # Row labels on the first column only, key labels on the bottom row.
     assert tick_texts(axes[0, 0].get_yticklabels()) == TOKENS[:3]
     assert tick_texts(axes[0, 1].get_yticklabels()) == []
+    # Axis names: queries on the first column, keys on the bottom row.
+    assert axes[0, 0].get_ylabel() == "query" and axes[0, 0].get_xlabel() == "key"
 
 
 def test_grid_of_layers_by_heads():
     weights = torch.softmax(torch.randn(2, 3, 4, 5), dim=-1)
     fig, axes = plot_attention_grid(weights, row_titles=["enc 1", "enc 2"])
     assert axes.shape == (2, 3)
-    assert [axes[r, 0].get_ylabel() for r in range(2)] == ["enc 1", "enc 2"]
+    assert [axes[r, 0].get_ylabel() for r in range(2)] == ["enc 1\nquery", "enc 2\nquery"]
+    assert axes[0, 0].get_xlabel() == "" and axes[1, 0].get_xlabel() == "key"
+    default = plot_attention_grid(weights)[1]
+    assert [default[r, 0].get_ylabel() for r in range(2)] == ["layer 0\nquery", "layer 1\nquery"]
+
+
+def test_grid_scaled_per_panel_shows_each_panel_from_zero_to_its_max():
+    weights = torch.softmax(torch.randn(2, 3, 4, 5), dim=-1)
+    fig, axes = plot_attention_grid(weights, scale="per panel")
+    for r in range(2):
+        for h in range(3):
+            drawn = np.asarray(axes[r, h].collections[0].get_array()).reshape(4, 5)
+            panel = weights[r, h].numpy()
+            np.testing.assert_allclose(drawn, panel / panel.max(), rtol=1e-6)
+            assert axes[r, h].get_title() == f"head {h} (max {panel.max():.2f})"
 
 
 def test_grid_rejects_bad_input():
@@ -113,6 +129,8 @@ def test_grid_rejects_bad_input():
         plot_attention_grid(torch.rand(2, 3, 3), ["a", "b"])
     with pytest.raises(ValueError, match=r"row_titles has 1 entries but weights has 2 rows"):
         plot_attention_grid(torch.rand(2, 2, 3, 3), row_titles=["x"])
+    with pytest.raises(ValueError, match=r'scale must be "fixed" or "per panel", got \'log\''):
+        plot_attention_grid(torch.rand(2, 3, 3), scale="log")
 
 
 def test_architecture_diagram_names_the_notebooks():

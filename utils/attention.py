@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.checks import check_dropout, check_positive_int
+from utils.checks import check_bool_mask, check_dropout, check_positive_int
 
 __all__ = [
     "AttentionCache",
@@ -48,10 +48,7 @@ def check_mask(mask: Tensor, scores_shape: Sequence[int] | torch.Size) -> None:
         ValueError: with a message saying what was expected and what came.
     """
     scores_shape = torch.Size(scores_shape)
-    if not isinstance(mask, Tensor):
-        raise ValueError(f"mask must be a torch.Tensor of dtype bool, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+    check_bool_mask(mask)
     if mask.dim() > len(scores_shape):
         raise ValueError(
             f"mask has {mask.dim()} dims {tuple(mask.shape)}, more than the attention scores "
@@ -154,8 +151,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
 
     Head `i` gets features `[i*d, (i+1)*d)`, the same layout `nn.MultiheadAttention` uses.
     """
-    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
-        raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
+    check_positive_int("n_heads", n_heads)
     if not isinstance(x, Tensor) or x.dim() != 3:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"split_heads expects a 3-D tensor (batch, seq, features), got {shape}")

@@ -18,6 +18,7 @@ __all__ = [
     "check_token_range",
     "check_features",
     "check_memory",
+    "check_bool_mask",
 ]
 
 
@@ -99,3 +100,11 @@ def check_memory(x: Tensor, memory: object, d_model: int) -> None:
             f"memory batch size must equal x's ({x.shape[0]}), got memory shape "
             f"{tuple(memory.shape)}"  # type: ignore[union-attr]
         )
+
+
+def check_bool_mask(mask: object, name: str = "mask") -> None:
+    """`ValueError` unless `mask` is a bool tensor (the book's convention: True = may attend)."""
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of dtype bool, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {mask.dtype}")

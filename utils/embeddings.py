@@ -74,8 +74,7 @@ class Vocab:
     @classmethod
     def build(cls, texts: Iterable[str], min_freq: int = 1) -> Vocab:
         """Count the words of `texts` and keep those seen at least `min_freq` times."""
-        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
-            raise ValueError(f"min_freq must be a positive int, got {min_freq!r}")
+        check_positive_int("min_freq", min_freq)
         counts = Counter(token for text in texts for token in tokenize(text))
         kept = [t for t, n in counts.items() if n >= min_freq and t not in cls.SPECIALS]
         kept.sort(key=lambda t: (-counts[t], t))
@@ -155,9 +154,8 @@ class TokenEmbedding(nn.Module):
         scale: bool = True,
     ) -> None:
         super().__init__()
-        for name, v in (("vocab_size", vocab_size), ("d_model", d_model)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("d_model", d_model)
         if padding_idx is not None and not (
             isinstance(padding_idx, int) and 0 <= padding_idx < vocab_size
         ):
@@ -220,9 +218,8 @@ def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
     PE(p + k) is PE(p) rotated pair by pair by the angles k·ω_i (a fixed map R_k).
     Computed in float64, returned in the default dtype.
     """
-    for name, v in (("max_len", max_len), ("d_model", d_model)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    check_positive_int("max_len", max_len)
+    check_positive_int("d_model", d_model)
     if d_model % 2 != 0:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
     position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)

@@ -42,6 +42,7 @@ __all__ = [
     "EncoderLayer",
     "DecoderLayer",
     "use_fast_path",
+    "xavier_init_",
 ]
 
 
@@ -83,8 +84,10 @@ class FeedForward(nn.Module):
 
     The same two linear maps act on every position independently (equivalently: two
     convolutions with kernel size 1). Dropout is applied to the hidden activations, after the
-    ReLU. The paper is silent on this dropout; Tensor2Tensor calls it `relu_dropout` and
-    PyTorch's `nn.TransformerEncoderLayer` applies it at the same place, so we match both.
+    ReLU. This dropout is *not* in the paper (section 5.4 drops only sublayer outputs and the
+    embedding + position sums). It comes from Tensor2Tensor's later presets (`relu_dropout`,
+    0.1 in `transformer_base_v2`; 0 in `transformer_base_v1`), and PyTorch's
+    `nn.TransformerEncoderLayer` applies its one `dropout` at the same place, so we match it.
 
     Args:
         d_model: width of the input and output (512 in the base model).
@@ -233,9 +236,13 @@ class SublayerConnection(nn.Module):
 class EncoderLayer(nn.Module):
     """One encoder layer: self-attention, then the FFN, each in a `SublayerConnection`.
 
-    Dropout (as in the paper and `nn.TransformerEncoderLayer`) is applied to each sublayer's
-    output before the residual sum, to the FFN's hidden activations, and to the attention
-    weights (the paper does not mention the last one; PyTorch and Tensor2Tensor do it).
+    Dropout sites, and where each comes from:
+    - each sublayer's output, before the residual sum: the paper (section 5.4);
+    - the FFN's hidden activations and the attention weights: not the paper, but
+      Tensor2Tensor's `transformer_base_v2` (`relu_dropout`, `attention_dropout` = 0.1; both
+      0 in `transformer_base_v1`) and PyTorch's `nn.TransformerEncoderLayer`, which uses its
+      one `dropout` at all three places. We follow PyTorch so the parity tests hold; set
+      `dropout` on the submodules separately to train exactly as the paper describes.
 
     Args:
         d_model, n_heads, d_ff: the paper's sizes.
@@ -299,7 +306,8 @@ class DecoderLayer(nn.Module):
 
     Args:
         d_model, n_heads, d_ff: the paper's sizes.
-        dropout: dropout on sublayer outputs, FFN hidden activations and attention weights.
+        dropout: dropout on sublayer outputs (the paper), FFN hidden activations and
+            attention weights (Tensor2Tensor v2 and PyTorch; see `EncoderLayer`).
         norm_first: pre-norm when True, post-norm (the paper) when False.
         d_k, d_v: per-head query/key and value widths; default `d_model // n_heads`.
 
@@ -394,4 +402,22 @@ def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
     for m in module.modules():
         if isinstance(m, MultiHeadAttention | LayerNorm | Dropout):
             m.fused = enabled
+    return module
+
+
+@torch.no_grad()
+def xavier_init_(module: nn.Module) -> nn.Module:
+    """Xavier-uniform every weight matrix (every parameter with dim > 1) of `module`, in place.
+
+    The book's initialisation of attention and FFN matrices (the one
+    `utils.model.Transformer.reset_parameters` gives them, notebook 09 section 4): it keeps
+    an activation's variance roughly constant through each linear map. Biases and LayerNorm
+    parameters (dim 1) keep their defaults. Do not call it on embedding tables: their
+    initialisation is N(0, 1/d_model) (`TokenEmbedding.reset_parameters`). Returns `module`.
+    """
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")
+    for p in module.parameters():
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
     return module

@@ -20,7 +20,7 @@ from functools import reduce
 import torch
 from torch import Tensor
 
-from utils.checks import check_token_ids
+from utils.checks import check_bool_mask, check_positive_int, check_token_ids
 
 __all__ = [
     "padding_mask",
@@ -30,13 +30,6 @@ __all__ = [
     "to_torch_attn_mask",
     "to_torch_key_padding_mask",
 ]
-
-
-def _check_bool(mask: Tensor, name: str = "mask") -> None:
-    if not isinstance(mask, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of dtype bool, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {mask.dtype}")
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
@@ -59,8 +52,7 @@ def causal_mask(size: int, device: torch.device | str | None = None, offset: int
     sit at positions `offset .. offset+size-1` and may see every cached key and the new keys
     up to their own position.
     """
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    check_positive_int("size", size)
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be a non-negative int, got {offset!r}")
     return torch.ones(size, offset + size, dtype=torch.bool, device=device).tril(diagonal=offset)
@@ -77,7 +69,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     """
     present = [m for m in masks if m is not None]
     for i, m in enumerate(present):
-        _check_bool(m, f"mask {i}")
+        check_bool_mask(m, f"mask {i}")
     if not present:
         return None
     try:
@@ -103,7 +95,7 @@ def to_torch_attn_mask(mask: Tensor) -> Tensor:
     For `attn_mask` of `nn.MultiheadAttention` / `nn.Transformer*`, which expects a 2-D
     `(T, S)` or 3-D `(B*h, T, S)` mask. (`F.scaled_dot_product_attention` needs no flip.)
     """
-    _check_bool(mask)
+    check_bool_mask(mask)
     if mask.dim() not in (2, 3):
         raise ValueError(
             f"nn.MultiheadAttention's attn_mask is (T, S) or (B*h, T, S), got shape "
@@ -117,7 +109,7 @@ def to_torch_key_padding_mask(mask: Tensor) -> Tensor:
 
     PyTorch's `key_padding_mask` marks the keys to *ignore* (True = pad), so this flips too.
     """
-    _check_bool(mask)
+    check_bool_mask(mask)
     if mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1:
         mask = mask[:, 0, 0, :]
     if mask.dim() != 2:

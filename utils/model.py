@@ -50,6 +50,7 @@ __all__ = [
     "Decoder",
     "Generator",
     "Transformer",
+    "make_embedding",
     "count_parameters",
     "parameter_breakdown",
     "transformer_parameter_count",
@@ -73,8 +74,14 @@ class TransformerConfig:
         n_heads: number of attention heads h (8 base, 16 big).
         d_ff: inner width of the feed-forward network (2048 base, 4096 big).
         n_layers: N, the number of layers of the encoder and, separately, of the decoder.
-        dropout: P_drop, used on embeddings+positions, sublayer outputs, FFN hidden
-            activations and attention weights.
+        dropout: P_drop, one probability for every dropout site. Where each site comes
+            from: embedding + position sums and sublayer outputs (before the residual sum)
+            are the paper's (section 5.4, "Residual Dropout"); FFN hidden activations and
+            attention weights are not in the paper but in Tensor2Tensor's later presets
+            (`relu_dropout` and `attention_dropout`, 0.1 in `transformer_base_v2`, 0 in
+            `transformer_base_v1`) and in PyTorch's `nn.TransformerEncoderLayer` /
+            `nn.TransformerDecoderLayer`, which use their one `dropout` at every site inside
+            a layer (PyTorch has no embeddings). We follow PyTorch (notebook 07).
         d_k, d_v: per-head query/key and value widths; `None` means `d_model // n_heads`
             (use the properties `key_dim`, `value_dim` for the resolved numbers). Kept as
             `None` rather than filled in, so `dataclasses.replace(cfg, d_model=...)` stays
@@ -368,6 +375,20 @@ def _embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
             position=positional(config.d_model, config.max_len, dropout=config.dropout),
         )
     )
+
+
+def make_embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
+    """The input block of either stack, built exactly as `Transformer` builds its own.
+
+    `nn.Sequential(token=TokenEmbedding(vocab_size, d_model, padding_idx=config.pad_id)`
+    (lookup scaled by √d_model), `position=` the positional encoding named by
+    `config.positional`, with `config.dropout`): tokens `(batch, S)` -> `(batch, S, d_model)`,
+    i.e. `Dropout(Embed(tokens)·√d_model + PE)`. Notebooks 07 and 08 use it to feed a bare
+    `Encoder` or `Decoder`.
+    """
+    _check_config(config)
+    check_positive_int("vocab_size", vocab_size)
+    return _embedding(config, vocab_size)
 
 
 class Transformer(nn.Module):

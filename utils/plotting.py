@@ -255,28 +255,37 @@ def plot_attention_grid(
     row_titles: Sequence[str] | None = None,
     title: str | None = None,
     panel_size: float = 2.4,
+    scale: str = "fixed",
 ) -> tuple[Figure, np.ndarray]:
     """A grid of attention heatmaps: one panel per head, one row per layer.
+
+    Heads and layers are numbered from 0, as in code (`layers[l]`, head `i` of `(B, h, T, S)`).
+    The first column names the query axis (rows), the bottom row the key axis (columns).
 
     Args:
         weights: `(heads, queries, keys)` for one layer, or `(layers, heads, queries, keys)`.
             Select one batch element first, e.g. `mha.attn_weights[0]`.
         query_labels, key_labels: one label per query / key, shown on the outer panels.
-        row_titles: one title per row (default: "layer 1", "layer 2", ...).
+        row_titles: one title per row (default: "layer 0", "layer 1", ...).
         title: figure title.
         panel_size: inches per panel.
+        scale: "fixed": every panel on the same 0-1 colour scale (panels comparable; weak
+            heads look dark); "per panel": each panel from 0 to its own largest weight, which
+            its title prints (patterns visible; brightness not comparable across panels).
 
     Returns:
         `(figure, axes)` with `axes` of shape `(layers, heads)` (`(1, heads)` for 3-D input).
     """
     w = _as_array(weights, (3, 4), "weights")
+    if scale not in ("fixed", "per panel"):
+        raise ValueError(f'scale must be "fixed" or "per panel", got {scale!r}')
     if w.ndim == 3:
         w = w[None]
     n_rows, n_heads, n_q, n_k = w.shape
     ylabels = _check_labels(query_labels, n_q, "query_labels", "query row")
     xlabels = _check_labels(key_labels, n_k, "key_labels", "key column")
     if row_titles is None:
-        row_titles = [f"layer {r + 1}" for r in range(n_rows)] if n_rows > 1 else [""]
+        row_titles = [f"layer {r}" for r in range(n_rows)] if n_rows > 1 else [""]
     elif len(row_titles) != n_rows:
         raise ValueError(f"row_titles has {len(row_titles)} entries but weights has {n_rows} rows")
     fig, axes = plt.subplots(
@@ -289,8 +298,10 @@ def plot_attention_grid(
     for r in range(n_rows):
         for h in range(n_heads):
             ax = axes[r, h]
+            panel_max = float(w[r, h].max())
+            per_panel = scale == "per panel"
             sns.heatmap(
-                w[r, h],
+                w[r, h] / panel_max if per_panel and panel_max > 0 else w[r, h],
                 ax=ax,
                 cmap=ATTENTION_CMAP,
                 vmin=0.0,
@@ -300,14 +311,17 @@ def plot_attention_grid(
                 xticklabels=xlabels if r == n_rows - 1 else False,
                 yticklabels=ylabels if h == 0 else False,
             )
-            ax.set_title(f"head {h + 1}", fontsize=9)
-            if h == 0 and row_titles[r]:
-                ax.set_ylabel(row_titles[r])
-            if r == n_rows - 1 and key_labels is not None:
-                ax.tick_params(axis="x", labelrotation=90)
+            ax.set_title(f"head {h}" + (f" (max {panel_max:.2f})" if per_panel else ""), fontsize=9)
+            if h == 0:
+                ax.set_ylabel(f"{row_titles[r]}\nquery" if row_titles[r] else "query")
+            if r == n_rows - 1:
+                ax.set_xlabel("key")
+                if key_labels is not None:
+                    ax.tick_params(axis="x", labelrotation=90)
             ax.tick_params(axis="y", labelrotation=0)
     mappable = axes[0, 0].collections[0]
-    fig.colorbar(mappable, ax=axes, shrink=0.8, label="attention weight")
+    label = "attention weight" if scale == "fixed" else "weight / the panel's max"
+    fig.colorbar(mappable, ax=axes, shrink=0.8, label=label)
     if title:
         fig.suptitle(title)
     return fig, axes
