@@ -181,3 +181,23 @@ def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
     again = subprocess.run([sys.executable, "tools/set_repo_url.py", "not-a-url"], cwd=copy,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2
+
+
+def test_make_figures_writes_the_architecture_the_same_way_twice(tmp_path):
+    from tools.make_figures import make_figures
+
+    first, second = make_figures(tmp_path / "a"), make_figures(tmp_path / "b")
+    assert [p.name for p in first] == ["transformer_architecture.png"]
+    assert first[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first[0].read_bytes() == second[0].read_bytes()  # no time or version stamp
+
+
+def test_no_notebook_writes_a_figure_into_the_repository():
+    # Running a notebook must not change a tracked file: tools/make_figures.py writes figures.
+    writers = [
+        f"{path.name}: cell {i}"
+        for path in notebook_paths()
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells)
+        if cell.cell_type == "code" and "savefig(" in cell.source
+    ]
+    assert writers == []
