@@ -155,6 +155,51 @@ def test_learned_positional_encoding():
     assert (module.embedding.weight.grad[4:] == 0).all()  # positions not used get no gradient
 
 
+def test_learned_positions_start_at_the_sinusoids_scale_in_the_module_and_the_model():
+    from utils.model import Transformer, TransformerConfig
+
+    d_model, max_len = 512, 400
+    sinusoid_ms = sinusoidal_encoding(max_len, d_model).pow(2).mean().item()  # 1/2 exactly
+    learned = LearnedPositionalEncoding(d_model, max_len=max_len)
+    assert abs(learned.embedding.weight.pow(2).mean().item() - sinusoid_ms) < 0.05 * sinusoid_ms
+    # Next to unit-variance tokens, positions carry about a third of the input's energy.
+    tokens = TokenEmbedding(1000, d_model)(torch.arange(1000)[None])[0]
+    share = learned.embedding.weight.pow(2).sum(1).mean() / (
+        learned.embedding.weight.pow(2).sum(1).mean() + tokens.pow(2).sum(1).mean()
+    )
+    assert 0.3 < share.item() < 0.37
+    # The model's (re-)initialisation keeps that scale.
+    config = TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=32, n_heads=4,
+                               d_ff=64, n_layers=1, max_len=2000, positional="learned")
+    model = Transformer(config)
+    for embed in (model.src_embed, model.tgt_embed):
+        ms = embed.position.embedding.weight.pow(2).mean().item()
+        assert abs(ms - 0.5) < 0.05, ms
+
+
+def test_learned_positional_encoding_applies_dropout_in_training():
+    module = LearnedPositionalEncoding(8, max_len=20, dropout=0.5)
+    x = torch.randn(2, 5, 8)
+    summed = x + module.embedding.weight[:5]
+    module.eval()
+    torch.testing.assert_close(module(x), summed)
+    module.train()
+    out = module(x)
+    dropped = out == 0
+    assert 0 < dropped.float().mean() < 1  # some entries dropped, not all
+    torch.testing.assert_close(out[~dropped], 2 * summed[~dropped])  # the rest scaled by 1/(1-p)
+
+
+@pytest.mark.parametrize("encoding", [SinusoidalPositionalEncoding, LearnedPositionalEncoding])
+def test_a_sequence_of_exactly_max_len_is_accepted(encoding):
+    module = encoding(8, max_len=6)
+    x = torch.randn(2, 6, 8)
+    table = module.pe if encoding is SinusoidalPositionalEncoding else module.embedding.weight
+    torch.testing.assert_close(module(x), x + table)  # every row of the table used once
+    with pytest.raises(ValueError, match="sequence length 7 exceeds max_len 6"):
+        module(torch.randn(2, 7, 8))
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 

@@ -8,7 +8,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tools.book import ROOT, notebook_paths, setup_cell
-from tools.check_notebooks import check_notebook
+from tools.check_notebooks import check_notebook, raw_float_reprs
 from tools.execute_notebooks import clean_metadata
 
 
@@ -76,6 +76,40 @@ def test_a_changed_setup_cell_fails(tmp_path):
     cells[1].source = setup_cell().replace("seed=0", "seed=1")
     problems = check_notebook(make_notebook(tmp_path / "a.ipynb", cells))
     assert any("not the book's setup cell" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "raw"),
+    [
+        ("tensor([1., 1., 1.])\n", True),  # PyTorch 2.13's text ...
+        ("row sums: tensor([1.000, 1.000, 1.000])\n", True),  # ... and 2.11's
+        ("tensor(0.3333)\n", True),  # a 0-d tensor
+        ("tensor([[nan, nan],\n        [0.500, 0.500]])\n", True),  # over several lines
+        ("tensor([-1e+09, 2e-03])\n", True),
+        ("tensor([nan, nan, nan])\n", True),  # a fully masked row
+        ("array([0.25, 0.75])\n", True),
+        ("tensor([1., 2.], dtype=torch.float64)\n", True),
+        ("tensor([1, 2, 3])\n", False),  # integers print the same in every version
+        ("tensor([True, False])\n", False),
+        ("tensor([[0, 1]], dtype=torch.int32)\n", False),
+        ("torch.Size([2, 10, 32])\n", False),
+        ("row sums: [1.000, 1.000, 1.000]\n", False),  # utils.fmt's text
+        ("a tensor(...) call\n", False),
+    ],
+)
+def test_raw_float_tensors_are_found_and_integers_are_not(text, raw):
+    assert bool(raw_float_reprs(text)) == raw
+
+
+def test_a_stored_raw_float_tensor_fails_the_hygiene_check(tmp_path):
+    cells = clean_cells()
+    cells[2].outputs = [new_output("stream", name="stdout", text="tensor([1., 1., 1.])\n")]
+    problems = check_notebook(make_notebook(tmp_path / "a.ipynb", cells))
+    assert any("cell 2: prints a raw float tensor/array" in p for p in problems)
+    cells[2].outputs = [new_output("execute_result", execution_count=2,
+                                   data={"text/plain": "array([0.5, 0.25])"})]
+    problems = check_notebook(make_notebook(tmp_path / "b.ipynb", cells))
+    assert any("cell 2: prints a raw float tensor/array" in p for p in problems)
 
 
 def test_every_book_notebook_is_clean():
@@ -147,3 +181,23 @@ def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
     again = subprocess.run([sys.executable, "tools/set_repo_url.py", "not-a-url"], cwd=copy,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2
+
+
+def test_make_figures_writes_the_architecture_the_same_way_twice(tmp_path):
+    from tools.make_figures import make_figures
+
+    first, second = make_figures(tmp_path / "a"), make_figures(tmp_path / "b")
+    assert [p.name for p in first] == ["transformer_architecture.png"]
+    assert first[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert first[0].read_bytes() == second[0].read_bytes()  # no time or version stamp
+
+
+def test_no_notebook_writes_a_figure_into_the_repository():
+    # Running a notebook must not change a tracked file: tools/make_figures.py writes figures.
+    writers = [
+        f"{path.name}: cell {i}"
+        for path in notebook_paths()
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells)
+        if cell.cell_type == "code" and "savefig(" in cell.source
+    ]
+    assert writers == []

@@ -7,13 +7,19 @@ Checks, naming the notebook and cell of each problem:
 - the first code cell is the book's setup cell, character for character (`tools/book.py`);
 - code cells' execution counts are exactly 1..N, every code cell executed, none empty;
 - no Colab, timing, papermill or widget-state metadata;
-- error outputs only in cells tagged `raises-exception`.
+- error outputs only in cells tagged `raises-exception`;
+- no raw float tensor or array in a stored output (`tensor([1., 0.5])`, `tensor(0.3333)`,
+  `array([0.25, ...])`): their text depends on the PyTorch/NumPy version (`tensor([1., 1.])`
+  in one, `tensor([1.000, 1.000])` in another), so nbval would fail on the reader's machine.
+  Print formatted Python numbers instead (`utils.fmt`, or f-strings). Integer and boolean
+  tensors print the same everywhere and pass.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +29,36 @@ from tools.execute_notebooks import (  # noqa: E402  (one list: what re-executio
     VOLATILE_CELL_KEYS,
     VOLATILE_NOTEBOOK_KEYS,
 )
+
+# A tensor/array repr, from its opening bracket to the closing parenthesis (reprs hold no ")"
+# before their end, except in a trailing `grad_fn=<...>)` or `dtype=...)`, which are fine).
+_REPR_RE = re.compile(r"\b(tensor|array)\((.*?)\)", re.DOTALL)
+# A float as PyTorch or NumPy print it: "1.", "0.500", "-2.5e-03", "1e-08", nan, inf.
+_FLOAT_RE = re.compile(r"(?<![\w.])-?(?:\d+\.\d*|\.\d+|\d+e[-+]?\d+)|\b(?:nan|inf)\b")
+
+
+def raw_float_reprs(text: str) -> list[str]:
+    """The raw float tensor/array reprs in `text`, e.g. `tensor([1., 1.])` or `array([0.5])`.
+
+    `tensor([1, 2])`, `tensor([True, False])` and `torch.Size([2, 3])` are not floats and are
+    not returned; nor is `tensor(...)` written in prose with no number inside.
+    """
+    found = []
+    for match in _REPR_RE.finditer(text):
+        body = match.group(2)
+        if _FLOAT_RE.search(body.split("dtype=")[0].split("grad_fn=")[0]):
+            found.append(" ".join(match.group(0).split())[:60])
+    return found
+
+
+def _output_texts(cell: dict) -> list[str]:
+    texts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            texts.append(out.get("text", ""))
+        elif out.get("output_type") in ("execute_result", "display_data"):
+            texts.append(out.get("data", {}).get("text/plain", ""))
+    return ["".join(t) if isinstance(t, list) else t for t in texts]
 
 
 def check_notebook(path: Path) -> list[str]:
@@ -69,6 +105,11 @@ def check_notebook(path: Path) -> list[str]:
             if out.get("output_type") == "error" and "raises-exception" not in tags:
                 problems.append(f"{rel}: cell {i}: stores an error ({out.get('ename')}) but is "
                                 "not tagged raises-exception")
+        reprs = [r for text in _output_texts(cell) for r in raw_float_reprs(text)]
+        if reprs:
+            problems.append(f"{rel}: cell {i}: prints a raw float tensor/array, whose text "
+                            f"changes with the PyTorch/NumPy version: {reprs[0]!r} (print "
+                            "utils.fmt(x) or an f-string with <= 3 decimals)")
     return problems
 
 

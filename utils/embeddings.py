@@ -276,7 +276,15 @@ class LearnedPositionalEncoding(nn.Module):
     """Like `SinusoidalPositionalEncoding`, with a learned table `nn.Embedding(max_len, d_model)`.
 
     The paper found learned positions "nearly identical" to sinusoids (Table 3, row E); they
-    cannot go beyond `max_len`. The table starts as N(0, 0.02²), as GPT-2 does.
+    cannot go beyond `max_len`.
+
+    The table `embedding.weight (max_len, d_model)` starts as N(0, 1/2): the mean square per
+    entry of the sinusoidal table it replaces (each sin/cos pair has sin² + cos² = 1), so a
+    position vector has E‖p‖² = d_model/2 = ‖PE(p)‖², and next to token embeddings of unit
+    variance (`TokenEmbedding`, after √d_model) positions carry a third of the input's energy,
+    as sinusoids do. GPT-2's std of 0.01 or nanoGPT's 0.02 were chosen next to token
+    embeddings of std 0.02, not of std 1: here they would leave positions 0.01-0.04 % of the
+    input's energy, the "positions vanish" failure of notebook 01.
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
@@ -288,8 +296,12 @@ class LearnedPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
-        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)
         self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Draw the table from N(0, 1/2), the sinusoids' mean square (class docstring)."""
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.5**0.5)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`x (B, S, d_model)` at positions `offset .. offset+S-1` -> `(B, S, d_model)`."""

@@ -414,7 +414,8 @@ class Transformer(nn.Module):
       tied generator gives logits of about unit variance for LayerNorm-ed inputs.
       Xavier-uniform on a (37000 × 512) table would give std ≈ 0.007, so the scaled
       embeddings (std ≈ 0.16) would be drowned by the positional signal;
-    - learned positional tables keep their module's N(0, 0.02²) init; biases and
+    - learned positional tables keep their module's N(0, 1/2) init (the sinusoids' mean
+      square, so positions are not drowned by unit-variance tokens); biases and
       LayerNorms keep PyTorch's defaults (LayerNorm gain 1, bias 0).
 
     Shapes:
@@ -459,7 +460,7 @@ class Transformer(nn.Module):
             self.tgt_embed.token.reset_parameters()
         for embed in (self.src_embed, self.tgt_embed):
             if isinstance(embed.position, LearnedPositionalEncoding):
-                nn.init.normal_(embed.position.embedding.weight, mean=0.0, std=0.02)
+                embed.position.reset_parameters()  # N(0, 1/2), the sinusoids' scale
 
     def make_src_mask(self, src: Tensor) -> Tensor:
         """The default source mask: `src (batch, S)` -> padding mask `(batch, 1, 1, S)`."""
