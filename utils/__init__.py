@@ -15,6 +15,8 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `parity`       copy our weights into torch.nn modules, for parity checks -- notebooks 04-09
 - `data`         padding, shifted decoder input, length buckets, synthetic tasks -- notebook 10
 - `training`     label smoothing, warm-up schedule, the training loop  -- notebook 10
+- `decoding`     greedy search, beam search, sampling (batched, key/value cache) -- notebook 11
+- `gpt`          a decoder-only model from the same blocks and cache   -- notebook 13
 
 Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;
 masks are boolean with `True` = may attend, broadcastable to `(batch, heads, queries, keys)`;
