@@ -37,41 +37,12 @@ from utils.checks import (
 __all__ = [
     "FeedForward",
     "LayerNorm",
-    "Dropout",
     "SublayerConnection",
     "EncoderLayer",
     "DecoderLayer",
     "use_fast_path",
     "xavier_init_",
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# dropout with a faster CPU path
-# --------------------------------------------------------------------------------------------
-
-
-class Dropout(nn.Dropout):
-    """`nn.Dropout` (zero each entry with probability p, scale the rest by 1/(1-p)), with a
-    fast path for training on the CPU.
-
-    `F.dropout` draws its mask with `bernoulli_`, which on the CPU costs about as much as
-    a matrix multiplication of the same size; comparing uniform numbers with p,
-    `rand_like(x) >= p`, is the same Bernoulli(1 - p) mask (P(U >= p) = 1 - p) and is
-    faster to draw. With `fused=True` (set by `use_fast_path`) and a CPU tensor in
-    training mode, that is what runs; everywhere else (GPU, evaluation) it is `F.dropout`.
-    The random stream differs from `F.dropout`'s, the distribution does not.
-    """
-
-    def __init__(self, p: float = 0.5, fused: bool = False) -> None:
-        super().__init__(check_dropout(p))
-        self.fused = fused
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.fused and self.training and self.p > 0 and x.device.type == "cpu":
-            keep = torch.rand_like(x) >= self.p
-            return x * keep * (1.0 / (1.0 - self.p))
-        return super().forward(x)
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,7 +83,7 @@ class FeedForward(nn.Module):
         self.d_ff = d_ff
         self.linear1 = nn.Linear(d_model, d_ff)
         self.activation = nn.ReLU()
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -215,7 +186,7 @@ class SublayerConnection(nn.Module):
         self.d_model = d_model
         self.norm_first = norm_first
         self.norm = LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """`x` `(..., d_model)` -> `(..., d_model)`."""
@@ -393,14 +364,13 @@ def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
     """Switch every attention block and LayerNorm inside `module` to the fast path (or back).
 
     The fast path (packed Q/K/V projections, PyTorch's fused attention kernel, one-kernel
-    LayerNorm, a cheaper dropout mask on the CPU) computes the same function as the
-    readable one (within float rounding; dropout draws other random numbers from the same
-    distribution), keeps no attention weights, and is what training uses. Returns `module`.
+    LayerNorm) computes the same function as the readable one within float rounding, keeps
+    no attention weights, and is what training uses. Returns `module`.
     """
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled must be a bool, got {enabled!r}")
     for m in module.modules():
-        if isinstance(m, MultiHeadAttention | LayerNorm | Dropout):
+        if isinstance(m, MultiHeadAttention | LayerNorm):
             m.fused = enabled
     return module
 

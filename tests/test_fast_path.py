@@ -1,0 +1,74 @@
+"""The fast path (packed projections, fused attention, one-kernel LayerNorm) computes the
+same function as the readable path: outputs and gradients within 1e-5."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from utils.attention import MultiHeadAttention
+from utils.layers import LayerNorm, use_fast_path
+from utils.model import Transformer, TransformerConfig
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_fast_path_equals_readable_path_outputs_and_gradients(norm_first: bool) -> None:
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        30, 30, d_model=32, n_heads=4, d_ff=64, n_layers=2, dropout=0.0, norm_first=norm_first
+    )
+    slow = Transformer(config)
+    with torch.no_grad():  # non-trivial LayerNorm parameters
+        for m in slow.modules():
+            if isinstance(m, LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+    fast = use_fast_path(copy.deepcopy(slow))
+    src = torch.randint(3, 30, (4, 9))
+    tgt = torch.randint(3, 30, (4, 7))
+    src[0, 6:] = 0
+    tgt[1, 5:] = 0
+    outs = []
+    for model in (slow, fast):
+        logits = model(src, tgt)
+        logits.square().mean().backward()
+        outs.append((logits, {n: p.grad for n, p in model.named_parameters()}))
+    torch.testing.assert_close(outs[1][0], outs[0][0], atol=1e-5, rtol=0)
+    for name, grad in outs[0][1].items():
+        torch.testing.assert_close(outs[1][1][name], grad, atol=1e-5, rtol=0, msg=name)
+
+
+def test_use_fast_path_flips_every_block_and_the_config_builds_it() -> None:
+    config = TransformerConfig(10, 10, d_model=16, n_heads=2, d_ff=32, n_layers=2)
+    model = Transformer(config)
+    blocks = [m for m in model.modules() if isinstance(m, MultiHeadAttention | LayerNorm)]
+    assert blocks and not any(m.fused for m in blocks)
+    use_fast_path(model)
+    assert all(m.fused for m in blocks)
+    use_fast_path(model, False)
+    assert not any(m.fused for m in blocks)
+    built = Transformer(config.replace(fused=True))
+    assert all(m.fused for m in built.modules() if isinstance(m, MultiHeadAttention | LayerNorm))
+    with pytest.raises(ValueError, match="enabled must be a bool"):
+        use_fast_path(model, "yes")  # type: ignore[arg-type]
+
+
+def test_weights_are_kept_only_when_asked() -> None:
+    mha = MultiHeadAttention(16, 2)
+    x = torch.randn(2, 5, 16)
+    mha.train()
+    mha(x, x, x)
+    assert mha.attn_weights is None  # training with gradients: nothing kept
+    mha.eval()
+    mha(x, x, x)
+    assert mha.attn_weights is not None and mha.attn_weights.shape == (2, 2, 5, 5)
+    mha.train()
+    mha.record_weights = True
+    mha(x, x, x)
+    assert mha.attn_weights is not None
+    mha.eval()
+    mha.record_weights = False
+    mha(x, x, x)
+    assert mha.attn_weights is None
