@@ -277,3 +277,16 @@ def test_bad_decoding_settings_raise_clear_errors() -> None:
             Seq2SeqScorer(model, torch.full((1, 3), 12))
         with pytest.raises(ValueError, match="at least one token"):
             Seq2SeqScorer(model, torch.zeros(1, 0, dtype=torch.long))
+
+
+def test_a_generated_pad_token_is_read_the_same_with_and_without_cache() -> None:
+    """An untrained model may emit <pad>; both paths must treat it as a token, not padding."""
+    model = tiny_model()
+    src = sources()
+    prefix = torch.tensor([[BOS, PAD, 5, PAD]] * 4)
+    with evaluation(model):
+        full = Seq2SeqScorer(model, src, use_cache=False).next_logits(prefix)
+        cached_scorer = Seq2SeqScorer(model, src, use_cache=True)
+        for t in range(1, 5):
+            cached = cached_scorer.next_logits(prefix[:, :t])
+    torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)

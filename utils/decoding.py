@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.checks import check_positive_int, check_token_ids, check_token_range
+from utils.masks import causal_mask
 from utils.model import Transformer
 
 __all__ = [
@@ -107,7 +108,9 @@ class Seq2SeqScorer:
     def next_logits(self, prefix: Tensor) -> Tensor:
         """`prefix (B, t)` -> logits `(B, V)` of the token after it."""
         if self.cache is None:
-            hidden = self.model.decode(prefix, self.memory, self.src_mask)
+            # only the causal mask, as on the cached path: a generated <pad> is a token here
+            mask = causal_mask(prefix.shape[1], device=prefix.device)
+            hidden = self.model.decode(prefix, self.memory, self.src_mask, tgt_mask=mask)
         else:
             new = prefix[:, self.cache.length :]
             hidden = self.model.decode(new, self.memory, self.src_mask, cache=self.cache)
