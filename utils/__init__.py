@@ -12,11 +12,13 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `masks`        padding and causal masks                              -- notebook 04
 - `layers`       feed-forward, LayerNorm, sublayers, encoder/decoder layers -- notebooks 06-08
 - `model`        encoder, decoder, the Transformer and its config      -- notebook 09
-- `corpora`      the Bible and Shakespeare texts shipped under data/   -- notebooks 12-13
 - `parity`       copy our weights into torch.nn modules, for parity checks -- notebooks 04-09
 - `data`         padding, shifted decoder input, length buckets, synthetic tasks -- notebook 10
 - `training`     label smoothing, warm-up schedule, the training loop  -- notebook 10
 - `decoding`     greedy search, beam search, sampling (batched, key/value cache) -- notebook 11
+- `corpora`      the Bible and Shakespeare texts shipped under data/   -- notebooks 12-13
+- `bpe`          joint BPE tokenizer with the book's special ids       -- notebook 12
+- `chars`        character vocabulary for the Shakespeare model        -- notebook 13
 - `gpt`          a decoder-only model from the same blocks and cache   -- notebook 13
 
 Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;
