@@ -174,13 +174,18 @@ def attention_cost(
 
 
 def peak_cpu_bytes(prof: torch.profiler.profile) -> int:
-    """Peak of the running sum of CPU allocations the profiler saw (bytes)."""
+    """Peak of the running sum of CPU allocations the profiler saw (bytes).
+
+    Each event counts only its *own* allocations and frees (`self_cpu_memory_usage`): an
+    operation's total (`cpu_memory_usage`) includes those of the operations it calls, and
+    summing totals would count them twice.
+    """
     events = sorted(
-        (e for e in prof.events() if e.cpu_memory_usage), key=lambda e: e.time_range.start
+        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
     )
     current = peak = 0
     for e in events:
-        current += e.cpu_memory_usage
+        current += e.self_cpu_memory_usage
         peak = max(peak, current)
     return peak
 
