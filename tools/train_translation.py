@@ -11,8 +11,8 @@ CSV row per evaluation:
 
     step,train_tokens,split,decoder,n_verses,bleu,chrf,elapsed_s,device
 
-Write `data/translation_long_run.csv` (one CPU thread: about one CPU-second per step where this
-was written, so 12,000 steps take hours; a GPU, used when present, takes minutes):
+Write `data/translation_long_run.csv` (one CPU thread: about half a CPU-second per step where
+this was written, so 12,000 steps take one to two hours; a GPU is used when present):
 
     .venv/bin/python tools/train_translation.py --steps 12000 --out data/translation_long_run.csv
 
