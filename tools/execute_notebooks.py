@@ -45,7 +45,7 @@ def clean_metadata(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return nb
 
 
-def execute(path: Path, timeout: int = 600) -> float:
+def execute(path: Path, timeout: int = 1800) -> float:
     """Execute `path` in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
     clean_metadata(nb)
@@ -74,13 +74,13 @@ def execute(path: Path, timeout: int = 600) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     args = parser.parse_args(argv)
     os.environ["PYTHONHASHSEED"] = "0"  # inherited by the kernel
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     paths = args.notebooks or notebook_paths()
     for path in paths:
-        seconds = execute(Path(path).resolve())
+        seconds = execute(Path(path).resolve(), timeout=args.timeout)
         print(f"{path}: executed in {seconds:.1f} s")
     return 0
 
