@@ -290,3 +290,12 @@ def test_a_generated_pad_token_is_read_the_same_with_and_without_cache() -> None
         for t in range(1, 5):
             cached = cached_scorer.next_logits(prefix[:, :t])
     torch.testing.assert_close(cached, full, atol=1e-5, rtol=0)
+
+
+def test_a_cache_for_another_kind_of_model_is_refused() -> None:
+    model = tiny_model()
+    memory = model.encode(sources(batch=1))
+    with pytest.raises(ValueError, match="with 2 layers for an encoder-decoder"):
+        model.decode(bos(1), memory, cache=KVCache(n_layers=2, cross=False))
+    with pytest.raises(ValueError, match="with 2 layers for an encoder-decoder"):
+        model.decode(bos(1), memory, cache=KVCache(n_layers=3, cross=True))

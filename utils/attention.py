@@ -241,6 +241,20 @@ class KVCache:
                 block.k = block.k.index_select(0, index)
                 block.v = block.v.index_select(0, index)
 
+    def check(self, batch_size: int, n_layers: int, cross: bool) -> None:
+        """`ValueError` unless this cache fits a stack of `n_layers` layers (with
+        cross-attention caches if `cross`) fed a batch of `batch_size`."""
+        if len(self.self_attn) != n_layers or bool(self.cross_attn) != cross:
+            kind = "an encoder-decoder (cross=True)" if cross else "a decoder-only model"
+            raise ValueError(
+                f"cache must be a KVCache with {n_layers} layers for {kind}, got {self!r}"
+            )
+        if self.batch_size is not None and self.batch_size != batch_size:
+            raise ValueError(
+                f"the cache holds a batch of {self.batch_size}, but the input has batch size "
+                f"{batch_size}; start a new cache (or reorder it) for another batch"
+            )
+
     def memory_bytes(self) -> int:
         """Bytes held by the cached keys and values."""
         return sum(

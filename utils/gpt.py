@@ -147,13 +147,9 @@ class GPT(nn.Module):
         check_token_ids(tokens)
         offset = 0
         if cache is not None:
-            if not isinstance(cache, KVCache) or len(cache.self_attn) != len(self.layers):
+            if not isinstance(cache, KVCache):
                 raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
-            if cache.batch_size is not None and cache.batch_size != tokens.shape[0]:
-                raise ValueError(
-                    f"the cache holds a batch of {cache.batch_size}, but tokens has batch "
-                    f"size {tokens.shape[0]}"
-                )
+            cache.check(tokens.shape[0], len(self.layers), cross=False)
             offset = cache.length
         if offset + tokens.shape[1] > self.config.max_len:
             raise ValueError(

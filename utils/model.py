@@ -318,12 +318,9 @@ class Decoder(nn.Module):
         check_features("x", x, self.d_model)
         check_memory(x, memory, self.d_model)
         if cache is not None:
-            if not isinstance(cache, KVCache) or len(cache.self_attn) != len(self.layers):
-                raise ValueError(
-                    f"cache must be a KVCache with {len(self.layers)} layers, got {cache!r}"
-                )
-            if len(cache.cross_attn) != len(self.layers):
-                raise ValueError("an encoder-decoder needs a KVCache built with cross=True")
+            if not isinstance(cache, KVCache):
+                raise ValueError(f"cache must be a KVCache, got {cache!r}")
+            cache.check(x.shape[0], len(self.layers), cross=True)
         for i, layer in enumerate(self.layers):
             if cache is None:
                 x = layer(x, memory, tgt_mask, memory_mask)
@@ -512,11 +509,7 @@ class Transformer(nn.Module):
             return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, src_mask)
         if not isinstance(cache, KVCache):
             raise ValueError(f"cache must be a KVCache (from init_cache()), got {cache!r}")
-        if cache.batch_size is not None and cache.batch_size != tgt.shape[0]:
-            raise ValueError(
-                f"the cache holds a batch of {cache.batch_size}, but tgt has batch size "
-                f"{tgt.shape[0]}; start a new cache (or reorder it) for another batch"
-            )
+        cache.check(tgt.shape[0], self.config.n_layers, cross=True)
         offset = cache.length
         x = self.tgt_embed.position(self.tgt_embed.token(tgt), offset=offset)
         if tgt_mask is None:
