@@ -24,6 +24,7 @@ from utils.training import (
     seq2seq_loss,
     smoothed_targets,
     train,
+    warmup_linear_decay,
     warmup_scheduler,
 )
 
@@ -221,6 +222,33 @@ def test_schedule_rejects_step_zero_and_a_scaled_base_lr():
     optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=1e-3)
     with pytest.raises(ValueError, match=r"base lr must be 1.0 .* got lr=0.001 in param group 0"):
         warmup_scheduler(optimizer, 512, 4000)
+
+
+def test_warmup_linear_decay_peaks_at_warmup_and_ends_near_zero():
+    warmup, steps, peak = 4, 10, 3e-3
+    optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=peak)
+    scheduler = warmup_linear_decay(optimizer, warmup, steps)
+    seen = []
+    for _ in range(steps):
+        seen.append(optimizer.param_groups[0]["lr"])  # the lr of the next optimizer step
+        optimizer.step()
+        scheduler.step()
+    expected = [peak * k / warmup for k in range(1, warmup + 1)] + [
+        peak * (steps - k + 1) / (steps - warmup) for k in range(warmup + 1, steps + 1)
+    ]
+    assert seen == pytest.approx(expected, rel=1e-12)
+    assert max(seen) == pytest.approx(peak) and seen.index(max(seen)) == warmup - 1
+    assert 0 < seen[-1] < seen[-2]  # the last step still moves, by the smallest amount
+
+
+def test_warmup_linear_decay_rejects_impossible_budgets():
+    optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=1e-3)
+    with pytest.raises(ValueError, match=r"steps must be larger than warmup \(10\), got 10"):
+        warmup_linear_decay(optimizer, 10, 10)
+    with pytest.raises(ValueError, match=r"warmup must be a positive int, got 0"):
+        warmup_linear_decay(optimizer, 0, 10)
+    with pytest.raises(ValueError, match=r"optimizer must be a torch.optim.Optimizer"):
+        warmup_linear_decay("adam", 1, 10)
 
 
 # --------------------------------------------------------------------------------------------

@@ -309,6 +309,29 @@ def warmup_scheduler(
     )
 
 
+def warmup_linear_decay(
+    optimizer: torch.optim.Optimizer, warmup: int, steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A linear warm-up to the optimizer's lr, then a linear decay to 0 at the last step.
+
+    The short-budget alternative to the paper's schedule (notebooks 10 and 12): optimizer
+    step k (1-based) uses `lr * min(k / warmup, (steps - k + 1) / (steps - warmup))`, so the
+    peak, the optimizer's own lr, is reached at step `warmup` and the last of `steps` steps
+    still takes a small step. Unlike `warmup_scheduler`, the optimizer's lr is the peak.
+    """
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    check_positive_int("warmup", warmup)
+    check_positive_int("steps", steps)
+    if steps <= warmup:
+        raise ValueError(f"steps must be larger than warmup ({warmup}), got {steps}")
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: max(0.0, min((s + 1) / warmup, (steps - s) / (steps - warmup)))
+    )
+
+
 def paper_adam(
     params: Iterable[nn.Parameter] | Iterable[dict], lr: float = 1.0
 ) -> torch.optim.Adam:
