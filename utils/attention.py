@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.checks import check_bool_mask, check_dropout, check_positive_int
+from utils.dropout import dropout
 
 __all__ = [
     "AttentionCache",
@@ -271,6 +272,23 @@ class KVCache:
         )
 
 
+def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
+    """`F.scaled_dot_product_attention`, except with dropout on a CPU.
+
+    There PyTorch has no fused kernel and falls back to its reference formula, which also
+    scales both q and k and scans the scores for fully masked rows; the caller has already
+    handled those rows, so the same formula is written out here, with the fast path's
+    dropout mask (`utils.dropout`). Shapes as in `scaled_dot_product_attention`.
+    """
+    if dropout_p == 0.0 or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = dropout(torch.softmax(scores, dim=-1), dropout_p, training=True, fused=True)
+    return torch.matmul(weights, v)
+
+
 class MultiHeadAttention(nn.Module):
     r"""MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)  (the paper, section 3.2.2).
@@ -444,7 +462,7 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """PyTorch's fused kernel, with our convention for fully masked rows (output 0)."""
         if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
+            return _sdpa(q, k, v, None, dropout_p)
         scores_shape = (*q.shape[:-1], k.shape[-2])
         check_mask(mask, scores_shape)
         # F.sdpa's bool attn_mask also means True = take part. Depending on version and
@@ -454,10 +472,8 @@ class MultiHeadAttention(nn.Module):
         if mask.device.type == "cpu" and bool(row_has_key.all()):
             # The usual case (no empty row). Asking is free on the CPU; on a GPU it would
             # stall the pipeline, so there the guard below always runs.
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask | ~row_has_key, dropout_p=dropout_p
-        )
+            return _sdpa(q, k, v, mask, dropout_p)
+        out = _sdpa(q, k, v, mask | ~row_has_key, dropout_p)
         return out.masked_fill(~row_has_key, 0.0)
 
     def forward(

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.checks import check_dropout, check_positive_int, check_token_ids, check_token_range
+from utils.dropout import Dropout
 
 __all__ = [
     "tokenize",
@@ -261,7 +262,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.max_len = max_len
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`x (B, S, d_model)` at positions `offset .. offset+S-1` (< max_len) -> `(B, S, d_model)`.
@@ -296,7 +297,7 @@ class LearnedPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -33,6 +33,7 @@ from utils.checks import (
     check_positive_float,
     check_positive_int,
 )
+from utils.dropout import Dropout
 
 __all__ = [
     "FeedForward",
@@ -83,7 +84,7 @@ class FeedForward(nn.Module):
         self.d_ff = d_ff
         self.linear1 = nn.Linear(d_model, d_ff)
         self.activation = nn.ReLU()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -186,7 +187,7 @@ class SublayerConnection(nn.Module):
         self.d_model = d_model
         self.norm_first = norm_first
         self.norm = LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """`x` `(..., d_model)` -> `(..., d_model)`."""
@@ -361,16 +362,18 @@ def _check_layer_config(
 
 
 def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
-    """Switch every attention block and LayerNorm inside `module` to the fast path (or back).
+    """Switch every attention block, LayerNorm and Dropout inside `module` to the fast path
+    (or back).
 
     The fast path (packed Q/K/V projections, PyTorch's fused attention kernel, one-kernel
-    LayerNorm) computes the same function as the readable one within float rounding, keeps
-    no attention weights, and is what training uses. Returns `module`.
+    LayerNorm, dropout masks drawn with `torch.rand` on a CPU) computes the same function as
+    the readable one within float rounding (dropout: the same distribution, other random
+    draws), keeps no attention weights, and is what training uses. Returns `module`.
     """
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled must be a bool, got {enabled!r}")
     for m in module.modules():
-        if isinstance(m, MultiHeadAttention | LayerNorm):
+        if isinstance(m, MultiHeadAttention | LayerNorm | Dropout):
             m.fused = enabled
     return module
 

@@ -1,0 +1,90 @@
+"""utils.dropout and the fast path's attention with dropout: the distribution and the formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils.attention import MultiHeadAttention
+from utils.dropout import Dropout, dropout
+from utils.layers import FeedForward, use_fast_path
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_fast_mask_keeps_one_minus_p_and_scales_the_rest(p):
+    torch.manual_seed(0)
+    x = torch.rand(1000, 1000) + 0.5  # no zeros: a zero in the output means dropped
+    out = dropout(x, p, training=True, fused=True)
+    kept = out != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.002  # 1e6 draws: sd < 5e-4
+    torch.testing.assert_close(out[kept], x[kept] / (1 - p), rtol=1e-6, atol=0)
+    assert abs(out.mean().item() / x.mean().item() - 1) < 0.005  # unbiased
+
+
+def test_fast_mask_gradient_is_the_mask_times_the_scale():
+    torch.manual_seed(0)
+    x = (torch.rand(64, 32) + 0.5).requires_grad_()
+    out = dropout(x, 0.25, training=True, fused=True)
+    out.backward(torch.ones_like(out))
+    expected = (out != 0).float() / 0.75
+    torch.testing.assert_close(x.grad, expected, rtol=1e-6, atol=0)
+
+
+def test_identity_in_eval_or_at_p_zero_and_dtype_kept():
+    x = torch.randn(4, 5)
+    assert dropout(x, 0.3, training=False, fused=True) is x
+    assert dropout(x, 0.0, training=True, fused=True) is x
+    out = dropout(x.bfloat16(), 0.3, training=True, fused=True)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+
+
+def test_unfused_is_exactly_f_dropout():
+    x = torch.randn(8, 9)
+    torch.manual_seed(3)
+    ours = Dropout(0.3)(x)
+    torch.manual_seed(3)
+    assert torch.equal(ours, F.dropout(x, 0.3, training=True))
+
+
+def test_use_fast_path_switches_dropout_modules():
+    ffn = FeedForward(8, 16, dropout=0.2)
+    assert isinstance(ffn.dropout, Dropout) and not ffn.dropout.fused
+    assert use_fast_path(ffn).dropout.fused
+    assert not use_fast_path(ffn, False).dropout.fused
+
+
+def test_bad_probability_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\), got 1.0"):
+        dropout(torch.ones(2), 1.0)
+
+
+def test_fused_attention_with_dropout_on_cpu_is_the_written_formula():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, dropout=0.3)
+    use_fast_path(mha).train()
+    x = torch.randn(2, 5, 16)
+    mask = torch.ones(5, 5, dtype=torch.bool).tril()
+    torch.manual_seed(1)
+    out = mha(x, x, x, mask=mask)
+    torch.manual_seed(1)  # the same uniform draws, by hand
+    q, k, v = mha.project_qkv(x)
+    scores = (q @ k.transpose(-2, -1)) / 4**0.5  # d_k = 16 / 4
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    keep = (torch.rand(weights.shape) >= 0.3).float() / 0.7
+    heads = (weights * keep) @ v
+    expected = mha.w_o(heads.transpose(1, 2).reshape(2, 5, 16))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_attention_with_dropout_zeroes_fully_masked_rows():
+    torch.manual_seed(0)
+    mha = use_fast_path(MultiHeadAttention(16, 4, dropout=0.3)).train()
+    x = torch.randn(2, 5, 16, requires_grad=True)
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    mask[0, :, 2] = False  # query 2 of sentence 0 may attend to nothing
+    out = mha(x, x, x, mask=mask)
+    heads_out = out - mha.w_o.bias  # w_o of a zero row is its bias
+    assert heads_out[0, 2].abs().max().item() == 0.0
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
