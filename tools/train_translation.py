@@ -5,7 +5,7 @@ The same data split, joint BPE vocabulary, model and batches as `notebooks/12_tr
 0.1, Adam with the paper's betas and eps, length-bucketed batches of at most 600 padded tokens,
 a linear warm-up over 100 steps to a peak lr of 2e-3 and a linear decay to 0 at the last step),
 run for more steps. The one change: dropout 0.1 instead of the notebook's 0, because this run
-sees the training set about ten times where the notebook sees it about once. Every
+sees the training set about twelve times where the notebook sees it one to two times. Every
 `--eval-every` steps it translates 200 held-out development verses greedily; at the end the
 1,000 held-out test verses with greedy and beam search (beam 4, alpha 0.6). It writes one CSV
 row per evaluation:
