@@ -12,8 +12,9 @@ row per evaluation:
 
     step,train_tokens,split,decoder,n_verses,bleu,chrf,elapsed_s,device
 
-Write `data/translation_long_run.csv` (one CPU thread: about a quarter of a CPU-second per step
-where this was written, so 12,000 steps take about an hour; a GPU is used when present):
+Write `data/translation_long_run.csv` (one CPU thread: 12,000 steps took 72 minutes where this
+was written, about a third of a second per step on a shared 2-core machine; a GPU is used when
+present):
 
     .venv/bin/python tools/train_translation.py --steps 12000 --out data/translation_long_run.csv
 
