@@ -94,9 +94,10 @@ class TransformerConfig:
         pad_id: the padding token id, used to build masks when none are given.
         bos_id, eos_id: the begin- and end-of-sequence ids decoding starts and stops with
             (the book's `Vocab` uses pad 0, bos 1, eos 2).
-        fused: build every attention block and LayerNorm on the fast path (packed Q/K/V,
-            PyTorch's fused attention kernel, one-kernel LayerNorm): the same function
-            within float rounding, no attention weights kept; what training uses.
+        fused: build every attention block, LayerNorm and Dropout on the fast path (packed
+            Q/K/V, PyTorch's fused attention kernel, one-kernel LayerNorm, dropout masks from
+            `torch.rand` on a CPU): the same function within float rounding (dropout: the same
+            distribution), no attention weights kept; what training uses.
             `utils.layers.use_fast_path(model, enabled)` flips it later.
 
     Raises:
