@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from utils.attention import MultiHeadAttention
-from utils.dropout import Dropout, dropout
+from utils.dropout import Dropout, dropout, keep_mask
 from utils.layers import FeedForward, use_fast_path
 
 
@@ -20,6 +20,36 @@ def test_fast_mask_keeps_one_minus_p_and_scales_the_rest(p):
     assert abs(kept.float().mean().item() - (1 - p)) < 0.002  # 1e6 draws: sd < 5e-4
     torch.testing.assert_close(out[kept], x[kept] / (1 - p), rtol=1e-6, atol=0)
     assert abs(out.mean().item() / x.mean().item() - 1) < 0.005  # unbiased
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.9])
+def test_each_16_bit_lane_of_a_64_bit_draw_keeps_one_minus_p(p):
+    # the four 16-bit numbers read from one 64-bit draw must each be uniform: element i comes
+    # from lane i % 4, so the keep rate of every lane is 1 - p
+    torch.manual_seed(0)
+    keep = keep_mask((4 * 250_000,), p).view(-1, 4).float()
+    rates = keep.mean(0)
+    assert (rates - (1 - p)).abs().max().item() < 0.004, rates  # 250,000 draws: sd < 1e-3
+
+
+def test_keep_mask_rounds_p_to_two_to_the_minus_sixteen_and_is_reproducible():
+    # p = 0.5 keeps exactly the u >= 0: half of all 16-bit values
+    torch.manual_seed(0)
+    a = keep_mask((3, 5, 7), 0.5)  # 105 elements: not a multiple of 4
+    torch.manual_seed(0)
+    assert torch.equal(a, keep_mask((3, 5, 7), 0.5)) and a.dtype == torch.bool
+    assert keep_mask((0, 4), 0.2).shape == (0, 4)
+    # the documented rule, element for element: u >= round(65536 p) - 32768 (1e6 draws, so
+    # some u equal the threshold and > instead of >= would show)
+    torch.manual_seed(1)
+    mask = keep_mask((1000, 1000), 0.3)
+    torch.manual_seed(1)
+    u = torch.empty(250_000, dtype=torch.int64).random_(-(2**63), None).view(torch.int16)
+    assert torch.equal(mask.flatten(), u >= round(65536 * 0.3) - 32768)
+    assert bool(keep_mask((1000,), 0.0).all())  # p = 0: t = -32768, every u >= t
+    assert not bool(keep_mask((1000,), 1 - 2**-17).any())  # rounds to p = 1: t = 32768
+    with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\)"):
+        keep_mask((2,), -0.1)
 
 
 def test_fast_mask_gradient_is_the_mask_times_the_scale():
@@ -67,11 +97,11 @@ def test_fused_attention_with_dropout_on_cpu_is_the_written_formula():
     mask = torch.ones(5, 5, dtype=torch.bool).tril()
     torch.manual_seed(1)
     out = mha(x, x, x, mask=mask)
-    torch.manual_seed(1)  # the same uniform draws, by hand
+    torch.manual_seed(1)  # the same draws, by hand
     q, k, v = mha.project_qkv(x)
     scores = (q @ k.transpose(-2, -1)) / 4**0.5  # d_k = 16 / 4
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    keep = (torch.rand(weights.shape) >= 0.3).float() / 0.7
+    keep = keep_mask(weights.shape, 0.3).float() / 0.7
     heads = (weights * keep) @ v
     expected = mha.w_o(heads.transpose(1, 2).reshape(2, 5, 16))
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)

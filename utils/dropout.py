@@ -4,11 +4,15 @@ Dropout (Srivastava et al., 2014; section 5.4 of the paper) keeps each element o
 probability 1 - p, independently, and scales the kept ones by 1 / (1 - p) so that the
 expectation is unchanged; at evaluation it is the identity.
 
-`F.dropout` draws its mask with `bernoulli_`. On a CPU that is the slow part: forward plus
-backward, drawing uniform numbers with `torch.rand_like` and keeping those >= p (the same
-distribution: P(u >= p) = 1 - p for u uniform on [0, 1)) took about two thirds of the time
-of `F.dropout` on one thread where this was written, and dropout runs 20+ times per training
-step of the book's models. On a GPU `F.dropout` is already one fused kernel and is used.
+`F.dropout` draws its mask with `bernoulli_`. On a CPU that is the slow part: one call of the
+random generator per element, and a slow one. The fast mask instead fills one 64-bit random
+integer per *four* elements (`random_` over the full int64 range), reads it as four 16-bit
+integers u, uniform on [-32768, 32767], and keeps an element where u >= t with
+t = round(65536 p) - 32768: with probability 1 - round(65536 p) / 65536, i.e. p rounded to a
+multiple of 2^-16 (off by at most 7.6e-6). The kept elements are scaled by 1 / (1 - p), as
+`F.dropout` scales them. Forward plus backward, that took about 0.4x the time of `F.dropout`
+on one thread where this was written, and dropout runs 20+ times per training step of the
+book's models. On a GPU `F.dropout` is already one fused kernel and is used.
 The fast mask is part of the fast path: `Dropout.fused` is set by
 `utils.layers.use_fast_path`, like the fused attention kernel and LayerNorm.
 """
@@ -25,7 +29,7 @@ from utils.checks import check_dropout
 def dropout(x: Tensor, p: float, training: bool = True, fused: bool = False) -> Tensor:
     """Dropout of `x` (any shape) with probability `p` in [0, 1); same shape and dtype.
 
-    `fused=True` on a CPU draws the mask with `torch.rand_like` (see the module docstring);
+    `fused=True` on a CPU draws the mask from 16-bit random integers (see the module docstring);
     otherwise this is `F.dropout(x, p, training)`. Either way, in expectation the output
     equals `x`, and the gradient is the same mask times the incoming gradient.
     """
@@ -34,9 +38,26 @@ def dropout(x: Tensor, p: float, training: bool = True, fused: bool = False) -> 
         return x
     if not fused or x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    # one float32 uniform per element, compared in place: 1.0 where kept, 0.0 where dropped
-    keep = torch.rand(x.shape, dtype=torch.float32).ge_(p).mul_(1.0 / (1.0 - p))
-    return x * keep.to(x.dtype)
+    keep = keep_mask(x.shape, p).to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * keep
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
+    """A bool tensor of `shape` (on the CPU), True with probability 1 - p rounded to 2^-16.
+
+    Four 16-bit uniform integers per 64-bit draw of the generator (module docstring); the draws
+    come from torch's global generator, so `torch.manual_seed` makes them reproducible.
+    """
+    p = check_dropout(p, "p")
+    n = 1
+    for size in shape:
+        n *= size
+    threshold = round(65536 * p) - 32768
+    if threshold > 32767:  # p within 2^-17 of 1 rounds to 1: keep nothing (and the int16
+        return torch.zeros(shape, dtype=torch.bool)  # comparison below would wrap around)
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
+    u = words.view(torch.int16)[:n].view(shape)  # uniform on [-32768, 32767]
+    return u >= threshold
 
 
 class Dropout(nn.Dropout):

@@ -366,9 +366,10 @@ def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
     (or back).
 
     The fast path (packed Q/K/V projections, PyTorch's fused attention kernel, one-kernel
-    LayerNorm, dropout masks drawn with `torch.rand` on a CPU) computes the same function as
-    the readable one within float rounding (dropout: the same distribution, other random
-    draws), keeps no attention weights, and is what training uses. Returns `module`.
+    LayerNorm, dropout masks drawn from 16-bit random integers on a CPU, `utils.dropout`)
+    computes the same function as the readable one within float rounding (dropout: the same
+    distribution, p rounded to 2^-16, other random draws), keeps no attention weights, and
+    is what training uses. Returns `module`.
     """
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled must be a bool, got {enabled!r}")

@@ -96,8 +96,9 @@ class TransformerConfig:
             (the book's `Vocab` uses pad 0, bos 1, eos 2).
         fused: build every attention block, LayerNorm and Dropout on the fast path (packed
             Q/K/V, PyTorch's fused attention kernel, one-kernel LayerNorm, dropout masks from
-            `torch.rand` on a CPU): the same function within float rounding (dropout: the same
-            distribution), no attention weights kept; what training uses.
+            16-bit random integers on a CPU, `utils.dropout`): the same function within float
+            rounding (dropout: the same distribution, p rounded to 2^-16), no attention weights
+            kept; what training uses.
             `utils.layers.use_fast_path(model, enabled)` flips it later.
 
     Raises:
