@@ -61,6 +61,20 @@ def test_fast_mask_gradient_is_the_mask_times_the_scale():
     torch.testing.assert_close(x.grad, expected, rtol=1e-6, atol=0)
 
 
+def test_fast_dropout_keeps_only_a_one_byte_mask_for_backward():
+    # what autograd saves is alive until backward: a bool mask, as F.dropout saves
+    saved = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append((t.dtype, t.shape))
+        return t
+
+    x = torch.randn(16, 8, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        dropout(x, 0.1, training=True, fused=True)
+    assert saved == [(torch.bool, (16, 8))], saved
+
+
 def test_identity_in_eval_or_at_p_zero_and_dtype_kept():
     x = torch.randn(4, 5)
     assert dropout(x, 0.3, training=False, fused=True) is x

@@ -5,6 +5,7 @@ import sys
 
 import nbformat
 import pytest
+import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tools.book import ROOT, notebook_paths, setup_cell
@@ -201,3 +202,14 @@ def test_no_notebook_writes_a_figure_into_the_repository():
         if cell.cell_type == "code" and "savefig(" in cell.source
     ]
     assert writers == []
+
+
+def test_bench_interleaves_in_alternating_order():
+    from tools.bench import interleaved
+
+    calls: list[str] = []
+    fns = [lambda: calls.append("a"), lambda: calls.append("b")]
+    medians = interleaved(fns, repeats=4, device=torch.device("cpu"))
+    assert len(medians) == 2 and all(m >= 0 for m in medians)
+    # one warm-up each, then a b, b a, a b, b a: each runs first as often as second
+    assert "".join(calls) == "ab" + "abbaabba"

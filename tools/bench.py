@@ -9,7 +9,8 @@ machine that slows down mid-run slows both):
 
 1. training step (forward + backward + Adam) of `utils.model.Transformer` on its fast path
    against `nn.Transformer` with the same sizes, masks, embeddings and generator; the ratio
-   is theirs / ours (> 1: ours is faster);
+   is theirs / ours (> 1: ours is faster), measured in 3 fresh processes (see
+   `step_in_fresh_process`), with the median and the range over them;
 2. greedy decoding tokens/s with and without the key/value cache;
 3. attention time and peak memory, naive (`utils.attention.scaled_dot_product_attention`)
    against fused (`F.scaled_dot_product_attention`), at a few lengths.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -47,6 +49,9 @@ def sync(device: torch.device) -> None:
 def interleaved(fns: list[Callable[[], None]], repeats: int, device: torch.device) -> list[float]:
     """Median seconds of each function, run in turn `repeats` times after one warm-up.
 
+    The order alternates (A B, B A, A B, ...): each function runs after the other as often
+    as before it, so neither always inherits the other's leftover memory (on Linux, freshly
+    allocated memory costs page faults, a few percent of a step at d_model 512).
     On the CPU the clock is this process's CPU time (`time.process_time`; torch runs on one
     thread), so other programs competing for the cores do not inflate one side's numbers;
     on a GPU it is wall-clock time around a synchronisation.
@@ -55,8 +60,9 @@ def interleaved(fns: list[Callable[[], None]], repeats: int, device: torch.devic
     for fn in fns:
         fn()
     times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
+    for rep in range(repeats):
+        order = list(enumerate(fns))
+        for i, fn in order if rep % 2 == 0 else order[::-1]:
             sync(device)
             start = clock()
             fn()
@@ -190,26 +196,55 @@ def peak_cpu_bytes(prof: torch.profiler.profile) -> int:
     return peak
 
 
+def step_in_fresh_process(
+    d_model: int, n_layers: int, device: torch.device, repeats: int
+) -> tuple[float, float]:
+    """`training_step_ratio` run by a new Python process: (ours s, theirs s).
+
+    A process's history moves these timings by several percent (where earlier work left the
+    heap, which buffers land on which cache sets), so each measurement starts from a fresh
+    process, as benchmark runners such as pyperf do, and several are taken.
+    """
+    command = [sys.executable, __file__, "--device", str(device), "--one-step",
+               f"{d_model},{n_layers},{repeats}"]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    t_ours, t_theirs = (float(x) for x in out.split()[-2:])
+    return t_ours, t_theirs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--one-step", help=argparse.SUPPRESS)  # d_model,N,repeats: internal
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(1)  # as the notebooks run (utils.setup)
-    repeats = 3 if args.quick else 9
+    if args.one_step:
+        d_model, n_layers, repeats = (int(x) for x in args.one_step.split(","))
+        batch, length = (64, 64) if n_layers == 6 else (32, 64)
+        t_ours, t_theirs = training_step_ratio(d_model, n_layers, batch, length, device, repeats)
+        print(t_ours, t_theirs)
+        return
+    repeats = 4 if args.quick else 10  # even: each order equally often
+    rounds = 1 if args.quick else 3
     print(f"device: {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
 
     print("\n1. Training step (fwd + bwd + Adam), batch 32 x 64 tokens, N = 2 (+ base if cuda)")
-    print(f"{'d_model':>8} {'N':>3} {'ours ms':>9} {'nn.Transformer ms':>18} {'ratio':>7}")
+    print(f"   {rounds} fresh process(es) x {repeats} interleaved repetitions each; ms and ratio:")
+    print("   the median over processes, range: the lowest and highest process's ratio")
+    print(f"{'d_model':>8} {'N':>3} {'ours ms':>9} {'nn.Transformer ms':>18} {'ratio':>7} "
+          f"{'range':>12}")
     sizes = [(128, 2), (512, 2)] + ([(512, 6)] if device.type == "cuda" else [])
     for d_model, n_layers in sizes:
-        batch, length = (64, 64) if n_layers == 6 else (32, 64)
-        t_ours, t_theirs = training_step_ratio(d_model, n_layers, batch, length, device, repeats)
+        runs = [step_in_fresh_process(d_model, n_layers, device, repeats) for _ in range(rounds)]
+        ratios = [t_theirs / t_ours for t_ours, t_theirs in runs]
+        t_ours = statistics.median(t for t, _ in runs)
+        t_theirs = statistics.median(t for _, t in runs)
         print(
             f"{d_model:>8} {n_layers:>3} {t_ours * 1e3:>9.1f} {t_theirs * 1e3:>18.1f} "
-            f"{t_theirs / t_ours:>6.2f}x"
+            f"{statistics.median(ratios):>6.2f}x {min(ratios):>5.2f}-{max(ratios):.2f}x"
         )
 
     print("\n2. Greedy decoding, 32 sentences x 64 new tokens")

@@ -19,6 +19,8 @@ The fast mask is part of the fast path: `Dropout.fused` is set by
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -38,8 +40,28 @@ def dropout(x: Tensor, p: float, training: bool = True, fused: bool = False) -> 
         return x
     if not fused or x.device.type != "cpu":
         return F.dropout(x, p, training=True)
-    keep = keep_mask(x.shape, p).to(x.dtype).mul_(1.0 / (1.0 - p))
-    return x * keep
+    drop = keep_mask(x.shape, p).logical_not_()
+    return _ScaleAndDrop.apply(x, drop, 1.0 / (1.0 - p))
+
+
+class _ScaleAndDrop(torch.autograd.Function):
+    """`x * scale`, then 0 where `drop`; the backward does the same to the gradient.
+
+    It keeps only the 1-byte bool mask for the backward pass, as `F.dropout` does, and never
+    makes a float copy of the mask (`x * mask` would convert it to float first: at the FFN's
+    `(B, T, d_ff)` that is a fresh 4-byte-per-element buffer, forward and backward).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, drop: Tensor, scale: float) -> Tensor:
+        ctx.save_for_backward(drop)
+        ctx.scale = scale
+        return x.mul(scale).masked_fill_(drop, 0.0)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        (drop,) = ctx.saved_tensors
+        return grad.mul(ctx.scale).masked_fill_(drop, 0.0), None, None
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
