@@ -269,7 +269,9 @@ def test_tiny_transformer_overfits_one_batch():
     torch.manual_seed(0)
     model = tiny_transformer()
     batch = make_batch(synthetic_pairs("reverse", 8, 12, 3, 6, seed=0))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    # 3e-3, not 1e-2: at 1e-2 the loss can spike back up late (0.23 at step 100 on one CPU,
+    # below 0.05 on another: rounding differs between CPUs); 3e-3 ends at 0.004-0.007, seeds 0-5
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     start = time.perf_counter()
     history = train(
         model, itertools.repeat(batch), seq2seq_loss(smoothing=0.0), optimizer,
