@@ -75,6 +75,20 @@ def test_fast_dropout_keeps_only_a_one_byte_mask_for_backward():
     assert saved == [(torch.bool, (16, 8))], saved
 
 
+def test_fast_dropout_makes_no_float_copy_of_the_mask():
+    # `x * keep` would convert the bool mask to a float tensor of x's size (aten::_to_copy)
+    # (copies of 0-dim scalars are fine)
+    x = torch.randn(64, 32, requires_grad=True)
+    with torch.profiler.profile(record_shapes=True) as prof:
+        dropout(x, 0.1, training=True, fused=True).sum().backward()
+    copies = [
+        (e.key, e.input_shapes)
+        for e in prof.key_averages(group_by_input_shape=True)
+        if e.key in ("aten::_to_copy", "aten::copy_") and e.input_shapes and e.input_shapes[0]
+    ]
+    assert copies == [], copies
+
+
 def test_identity_in_eval_or_at_p_zero_and_dtype_kept():
     x = torch.randn(4, 5)
     assert dropout(x, 0.3, training=False, fused=True) is x

@@ -10,11 +10,12 @@ integer per *four* elements (`random_` over the full int64 range), reads it as f
 integers u, uniform on [-32768, 32767], and keeps an element where u >= t with
 t = round(65536 p) - 32768: with probability 1 - round(65536 p) / 65536, i.e. p rounded to a
 multiple of 2^-16 (off by at most 7.6e-6). The kept elements are scaled by 1 / (1 - p), as
-`F.dropout` scales them. Forward plus backward, that took 0.54-0.64x the time of `F.dropout`
-(three shapes, one thread) where this was written, and dropout runs 20+ times per training
-step of the book's models. On a GPU `F.dropout` is already one fused kernel and is used.
-The fast mask is part of the fast path: `Dropout.fused` is set by
-`utils.layers.use_fast_path`, like the fused attention kernel and LayerNorm.
+`F.dropout` scales them. Forward plus backward, that took 0.49-0.55x the time of `F.dropout`
+(three shapes, one thread, an AMD EPYC; 0.54-0.64x on the machine where it was first
+written), and dropout runs 20+ times per training step of the book's models. On a GPU
+`F.dropout` is already one fused kernel and is used. The fast mask is part of the fast path:
+`Dropout.fused` is set by `utils.layers.use_fast_path`, like the fused attention kernel and
+LayerNorm.
 """
 
 from __future__ import annotations
@@ -44,23 +45,26 @@ def dropout(x: Tensor, p: float, training: bool = True, fused: bool = False) -> 
 
 
 class _MaskAndScale(torch.autograd.Function):
-    """`x * keep * scale`; the backward does the same to the gradient.
+    """`x` where `keep`, else 0, times `scale`; the backward does the same to the gradient.
 
     It keeps only the 1-byte bool mask for the backward pass, as `F.dropout` does: a float
     mask saved instead would hold 4 bytes per element until the backward pass (at the FFN's
-    `(B, T, d_ff)`: 16 MB for 32 x 64 tokens and d_ff 2048).
+    `(B, T, d_ff)`: 16 MB for 32 x 64 tokens and d_ff 2048). It selects with `torch.where`
+    rather than multiplying by the mask: `x * keep` first converts the bool mask to a float
+    temporary of x's size (a hidden copy, and at that size fresh memory the kernel must map,
+    about 20,000 page faults per d_model-512 training step where this was measured).
     """
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, keep: Tensor, scale: float) -> Tensor:
         ctx.save_for_backward(keep)
         ctx.scale = scale
-        return torch.mul(x, keep).mul_(scale)
+        return torch.where(keep, x, 0.0).mul_(scale)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         (keep,) = ctx.saved_tensors
-        return torch.mul(grad, keep).mul_(ctx.scale), None, None
+        return torch.where(keep, grad, 0.0).mul_(ctx.scale), None, None
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
