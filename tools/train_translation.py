@@ -153,6 +153,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=2e-3, help="the peak learning rate")
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "translation_long_run.csv")
+    parser.add_argument(
+        "--save", type=Path, default=None,
+        help="also write the trained model, its BPE vocabulary and its test translations "
+        "here (utils.translation.save_translator; float16 weights, tested in float16)",
+    )
     args = parser.parse_args(argv)
 
     utils.setup(seed=0)
@@ -184,8 +189,12 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict] = []
     start = time.perf_counter()
 
+    test_hyps: dict[str, list[str]] = {}
+
     def record(step: int, split: str, decoder: str, pairs: Sequence[tuple], beam: int) -> dict:
         hyps = translate_all(model, tok, [p[3] for p in pairs], beam_size=beam)
+        if split == "test":
+            test_hyps[decoder] = hyps
         bleu, chrf = scores(hyps, [p[4] for p in pairs])
         row = {"step": step, "train_tokens": seen_tokens[0], "split": split, "decoder": decoder,
                "n_verses": len(pairs), "bleu": round(bleu, 2), "chrf": round(chrf, 2),
@@ -201,6 +210,11 @@ def main(argv: list[str] | None = None) -> None:
         eval_every=args.eval_every,
     )
     model.eval()
+    if args.save is not None:
+        # The test scores are those of the weights as shipped: rounded to float16 and back.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.half().float())
     with torch.no_grad():
         record(args.steps, "test", "greedy", test_set, 1)
         record(args.steps, "test", "beam4", test_set, 4)
@@ -210,6 +224,15 @@ def main(argv: list[str] | None = None) -> None:
         writer.writeheader()
         writer.writerows(rows)
     print(f"wrote {args.out}")
+    if args.save is not None:
+        from utils.translation import save_translator
+
+        info = {"recipe": {k: (str(v) if isinstance(v, Path) else v)
+                           for k, v in vars(args).items()},
+                "torch": str(torch.__version__), "rows": rows,
+                "test_hyps": test_hyps, "test_refs": [p[4] for p in test_set]}
+        save_translator(args.save, model.cpu(), tok, info)
+        print(f"wrote {args.save}")
 
 
 if __name__ == "__main__":
