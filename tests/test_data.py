@@ -203,3 +203,35 @@ def test_lm_batches_are_seeded_and_count_tokens():
     x, y = a  # unpacks like a tuple
     assert a.n_tokens == 64 and torch.equal(x[:, 1:], y[:, :-1])
     assert torch.equal(a.to("cpu").y, a.y)
+
+
+def test_seen_sources_regenerates_the_training_stream():
+    from utils.data import seen_sources, task_batches
+
+    stream = task_batches("copy", 16, 9, 1, 4, seed=3)
+    expected = set()
+    for _ in range(5):
+        src = next(stream).src
+        for row in src.tolist():
+            expected.add(tuple(t for t in row if t != 0))
+    assert seen_sources("copy", 16, 9, 1, 4, seed=3, steps=5) == expected
+
+
+def test_unseen_pairs_excludes_training_sources_and_repeats():
+    from utils.data import seen_sources, unseen_pairs
+
+    seen = seen_sources("reverse", 64, 10, 1, 4, seed=0, steps=50)
+    pairs = unseen_pairs("reverse", 200, 10, 1, 4, seed=1, exclude=seen)
+    sources = [tuple(s) for s, _ in pairs]
+    assert len(pairs) == 200 and len(set(sources)) == 200
+    assert not set(sources) & seen
+    assert all(t == s[::-1] for s, t in pairs)
+    assert unseen_pairs("reverse", 200, 10, 1, 4, seed=1, exclude=seen) == pairs  # seeded
+
+
+def test_unseen_pairs_says_when_too_few_exist():
+    from utils.data import seen_sources, unseen_pairs
+
+    seen = seen_sources("copy", 64, 6, 1, 2, seed=0, steps=20)  # all 2 + 4 sequences
+    with pytest.raises(ValueError, match="outside `exclude`"):
+        unseen_pairs("copy", 1, 6, 1, 2, seed=1, exclude=seen)

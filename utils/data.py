@@ -436,9 +436,9 @@ def task_batches(
 
     Each batch is `make_batch` of `batch_size` new pairs drawn as in `synthetic_pairs` (the
     first batch equals `make_batch(synthetic_pairs(task, batch_size, ..., seed))`), built with
-    tensor operations rather than Python lists. Use another seed for held-out data; with
-    short lengths and a small vocabulary some held-out sources may also occur in training
-    (count them if it matters: there are (V - 4)^n sources of length n).
+    tensor operations rather than Python lists. Another seed alone does not make held-out
+    data unseen: with short lengths and a small vocabulary many sources recur (there are
+    (V - 4)^n of length n); draw held-out data with `unseen_pairs(..., seen_sources(...))`.
     """
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("batch_size", batch_size)
@@ -458,6 +458,65 @@ def task_batches(
             yield Seq2SeqBatch(src, tgt_in, tgt_out, PAD_ID)
 
     return stream()
+
+
+def seen_sources(
+    task: str,
+    batch_size: int,
+    vocab_size: int,
+    min_len: int,
+    max_len: int,
+    seed: int,
+    steps: int,
+) -> set[tuple[int, ...]]:
+    """Every source of the first `steps` batches of `task_batches(...)`, as tuples of ids.
+
+    Regenerates the training stream from its seed (milliseconds), so a held-out set can be
+    checked against, or drawn apart from, what the model was trained on.
+    """
+    check_positive_int("steps", steps)
+    stream = task_batches(task, batch_size, vocab_size, min_len, max_len, seed)
+    seen: set[tuple[int, ...]] = set()
+    for _ in range(steps):
+        src = next(stream).src
+        lengths = (src != PAD_ID).sum(1).tolist()
+        seen.update(tuple(row[:k]) for row, k in zip(src.tolist(), lengths, strict=True))
+    return seen
+
+
+def unseen_pairs(
+    task: str,
+    n: int,
+    vocab_size: int,
+    min_len: int,
+    max_len: int,
+    seed: int,
+    exclude: set[tuple[int, ...]],
+) -> list[tuple[list[int], list[int]]]:
+    """n distinct pairs drawn as in `synthetic_pairs(seed)` whose sources are not in `exclude`.
+
+    Draws in rounds of n and keeps the new sources, so lengths whose every sequence is in
+    `exclude` (all (V - 4)^k of them) never appear.
+
+    Raises:
+        ValueError: if 100 rounds do not find n unseen sources (too few exist).
+    """
+    _check_task(task, vocab_size, min_len, max_len)
+    check_positive_int("n", n)
+    g = _generator(seed)
+    kept: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
+    for _ in range(100):
+        src, tgt, lengths = _draw(task, n, vocab_size, min_len, max_len, g)
+        for s, t, k in zip(src.tolist(), tgt.tolist(), lengths.tolist(), strict=True):
+            key = tuple(s[:k])
+            if key not in exclude and key not in kept:
+                kept[key] = (s[:k], t[:k])
+                if len(kept) == n:
+                    return list(kept.values())
+    raise ValueError(
+        f"found only {len(kept)} of n={n} sources outside `exclude` after 100 rounds "
+        f"(lengths {min_len}-{max_len}, vocab_size {vocab_size}, {len(exclude):,} excluded)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
