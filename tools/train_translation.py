@@ -10,7 +10,7 @@ sees the training set about twelve times where the notebook sees it one to two t
 1,000 held-out test verses with greedy and beam search (beam 4, alpha 0.6). It writes one CSV
 row per evaluation:
 
-    step,train_tokens,split,decoder,n_verses,bleu,chrf,elapsed_s,device
+    step,train_tokens,split,decoder,n_verses,bleu,chrf,elapsed_s,device,bleu_signature,chrf_signature
 
 Write `data/translation_long_run.csv` (one CPU thread: 12,000 steps took 72 minutes where this
 was written, about a third of a second per step on a shared 2-core machine; a GPU is used when
@@ -132,13 +132,16 @@ def translate_all(
     return out
 
 
-def scores(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, float]:
-    """sacrebleu corpus BLEU and chrF on detokenized text."""
-    import sacrebleu
+def scores(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, float, str, str]:
+    """sacrebleu corpus BLEU and chrF on detokenized text, with their signatures."""
+    from sacrebleu.metrics import BLEU, CHRF
 
+    bleu, chrf = BLEU(), CHRF()
     return (
-        sacrebleu.corpus_bleu(list(hyps), [list(refs)]).score,
-        sacrebleu.corpus_chrf(list(hyps), [list(refs)]).score,
+        bleu.corpus_score(list(hyps), [list(refs)]).score,
+        chrf.corpus_score(list(hyps), [list(refs)]).score,
+        str(bleu.get_signature()),
+        str(chrf.get_signature()),
     )
 
 
@@ -195,10 +198,11 @@ def main(argv: list[str] | None = None) -> None:
         hyps = translate_all(model, tok, [p[3] for p in pairs], beam_size=beam)
         if split == "test":
             test_hyps[decoder] = hyps
-        bleu, chrf = scores(hyps, [p[4] for p in pairs])
+        bleu, chrf, bleu_sig, chrf_sig = scores(hyps, [p[4] for p in pairs])
         row = {"step": step, "train_tokens": seen_tokens[0], "split": split, "decoder": decoder,
                "n_verses": len(pairs), "bleu": round(bleu, 2), "chrf": round(chrf, 2),
-               "elapsed_s": round(time.perf_counter() - start, 1), "device": device.type}
+               "elapsed_s": round(time.perf_counter() - start, 1), "device": device.type,
+               "bleu_signature": bleu_sig, "chrf_signature": chrf_sig}
         rows.append(row)
         print(row, flush=True)
         return {"bleu": bleu}
@@ -230,7 +234,8 @@ def main(argv: list[str] | None = None) -> None:
         info = {"recipe": {k: (str(v) if isinstance(v, Path) else v)
                            for k, v in vars(args).items()},
                 "torch": str(torch.__version__), "rows": rows,
-                "test_hyps": test_hyps, "test_refs": [p[4] for p in test_set]}
+                "test_hyps": test_hyps, "test_srcs": [p[3] for p in test_set],
+                "test_refs": [p[4] for p in test_set]}
         save_translator(args.save, model.cpu(), tok, info)
         print(f"wrote {args.save}")
 
