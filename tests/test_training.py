@@ -68,7 +68,7 @@ def test_uniform_smoothing_equals_torch_cross_entropy(vocab, eps, dtype):
     assert total.item() == pytest.approx(per_ref.sum().item(), rel=tol, abs=tol)
 
 
-@pytest.mark.parametrize("convention", ["uniform", "annotated"])
+@pytest.mark.parametrize("convention", ["uniform", "t2t", "annotated"])
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
 def test_loss_is_the_cross_entropy_against_the_smoothed_target(convention, eps):
     """The loss computed without building q equals -sum q log p with q built explicitly."""
@@ -81,7 +81,7 @@ def test_loss_is_the_cross_entropy_against_the_smoothed_target(convention, eps):
     assert abs(ours.item() - expected.item()) < 1e-12
 
 
-@pytest.mark.parametrize("convention", ["uniform", "annotated"])
+@pytest.mark.parametrize("convention", ["uniform", "t2t", "annotated"])
 def test_loss_is_kl_plus_the_targets_entropy(convention):
     logits, target = _logits_and_targets(9, dtype=torch.float64)
     eps = 0.2
@@ -139,6 +139,38 @@ def test_annotated_target_sums_to_one_and_puts_zero_on_pad():
     assert (q[1] == 0).all()  # a padding position has no target at all
 
 
+def test_t2t_target_puts_eps_over_v_minus_1_on_every_other_class_pad_included():
+    vocab, eps = 8, 0.1
+    q = smoothed_targets(torch.tensor([3, 0, 7]), vocab, eps, pad_id=PAD, convention="t2t")
+    torch.testing.assert_close(q.sum(-1), torch.tensor([1.0, 0.0, 1.0]))
+    assert q[0, 3].item() == pytest.approx(1 - eps)
+    assert q[0, PAD].item() == pytest.approx(eps / (vocab - 1))  # <pad> gets its share
+    assert q[0, 5].item() == pytest.approx(eps / (vocab - 1))
+    assert (q[1] == 0).all()  # a padding position has no target at all
+    q = smoothed_targets(torch.tensor([3]), vocab, eps, pad_id=None, convention="t2t")
+    assert q.sum().item() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("eps", [0.1, 0.3])
+def test_t2t_equals_fairseqs_label_smoothed_nll_formula(eps):
+    """fairseq: (1 - eps - eps_i) * nll + eps_i * (-sum_v log p_v), eps_i = eps / (|V| - 1),
+    summed over non-pad positions; ours with reduction="sum" must give the same number."""
+    vocab = 12
+    logits, target = _logits_and_targets(vocab, dtype=torch.float64)
+    logp = F.log_softmax(logits, -1)
+    keep = target != PAD
+    nll = -logp.gather(-1, target[..., None]).squeeze(-1)[keep].sum()
+    smooth = -logp.sum(-1)[keep].sum()
+    eps_i = eps / (vocab - 1)
+    reference = (1 - eps - eps_i) * nll + eps_i * smooth
+    ours = label_smoothing_loss(logits, target, eps, PAD, "t2t", reduction="sum")
+    assert abs(ours.item() - reference.item()) < 1e-10
+    # The three conventions are three different losses (for eps > 0).
+    others = [label_smoothing_loss(logits, target, eps, PAD, c, reduction="sum").item()
+              for c in ("uniform", "annotated")]
+    assert all(abs(o - ours.item()) > 1e-6 for o in others)
+
+
 def test_uniform_target_matches_the_pytorch_convention():
     vocab, eps = 5, 0.2
     q = smoothed_targets(torch.tensor([2, 0]), vocab, eps, pad_id=None)
@@ -171,6 +203,8 @@ def test_label_smoothing_rejects_bad_input():
         label_smoothing_loss(target, target[..., 0])
     with pytest.raises(ValueError, match=r"convention must be one of .* got 'paper'"):
         label_smoothing_loss(logits, target, convention="paper")
+    with pytest.raises(ValueError, match=r'"t2t" needs vocab_size >= 2 .* got 1'):
+        smoothed_targets(torch.tensor([0]), 1, 0.1, pad_id=None, convention="t2t")
     with pytest.raises(ValueError, match=r'"annotated" needs a pad_id'):
         label_smoothing_loss(logits, target, pad_id=None, convention="annotated")
     with pytest.raises(ValueError, match=r"pad_id must be None or an int in \[0, 5\), got 7"):

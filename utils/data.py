@@ -4,12 +4,15 @@ Notebook 10 derives these; every later notebook that trains uses them.
 
 - `pad_batch`: variable-length id sequences -> one right-padded `(B, L)` int64 tensor.
 - `decoder_io`: a target `y1 .. yn` becomes the decoder input `<bos> y1 .. yn` and the labels
-  `y1 .. yn <eos>` (teacher forcing: position t sees `<bos> y1 .. y(t-1)` and must predict
-  `y_t`; the causal mask keeps it from reading further).
+  `y1 .. yn <eos>` (teacher forcing; positions counted from 0 as in the book, with y0 = `<bos>`
+  and y(n+1) = `<eos>`: input position t holds y_t, sees y_0 .. y_t and is scored against
+  y(t+1); the causal mask keeps it from reading further).
 - `Seq2SeqBatch` / `make_batch`: a source-target batch as the encoder-decoder needs it.
 - `bucket_batches`: group examples of similar length so little of each batch is padding;
   `random_batches` and `padding_fraction` measure what that saves.
-- `synthetic_pairs`, `task_batches`: the copy and reverse tasks, generated from a seed.
+- `synthetic_pairs`, `task_batches`: the copy and reverse tasks, generated from a seed;
+  `seen_sources` regenerates a training stream's sources, `unseen_pairs` draws held-out pairs
+  outside them (another seed alone does not make a short sequence unseen).
 - `lm_blocks`, `lm_batches`: random windows of one long id sequence for a decoder-only LM.
 
 Special ids are those of `utils.embeddings.Vocab`: `PAD_ID = 0`, `BOS_ID = 1`, `EOS_ID = 2`,
@@ -45,6 +48,8 @@ __all__ = [
     "padding_fraction",
     "synthetic_pairs",
     "task_batches",
+    "seen_sources",
+    "unseen_pairs",
     "LMBatch",
     "lm_blocks",
     "lm_batches",
@@ -496,7 +501,8 @@ def unseen_pairs(
     """n distinct pairs drawn as in `synthetic_pairs(seed)` whose sources are not in `exclude`.
 
     Draws in rounds of n and keeps the new sources, so lengths whose every sequence is in
-    `exclude` (all (V - 4)^k of them) never appear.
+    `exclude` (all (V - 4)^k of them) never appear, and the lengths that remain are no longer
+    uniform: each keeps about its share times the fraction of its sources left unseen.
 
     Raises:
         ValueError: if 100 rounds do not find n unseen sources (too few exist).

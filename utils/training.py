@@ -6,12 +6,18 @@ Label smoothing (section 5.4, epsilon_ls = 0.1). The loss is the cross-entropy
 H(q, p) = -sum_v q_v log p_v against a *smoothed* target q instead of the one-hot target.
 Since H(q, p) = KL(q || p) + H(q) and H(q) does not depend on the model, minimising either
 gives the same gradients (`kl_to_smoothed` computes the KL; the tests check the identity).
-Two conventions for q are in use (`smoothed_targets`):
+Three conventions for q are in use (`smoothed_targets`):
 
 - `"uniform"` (Szegedy et al. 2016; PyTorch's `label_smoothing=eps`): q = (1 - eps) one-hot
   + eps / |V| on every class, so the true class gets 1 - eps + eps/|V|;
+- `"t2t"` (tensor2tensor's `smoothing_cross_entropy`, the code the paper's models were trained
+  with, and fairseq's `label_smoothed_nll_loss`): 1 - eps on the true class, eps / (|V| - 1)
+  on every other class, `<pad>` included;
 - `"annotated"` (the Annotated Transformer): 1 - eps on the true class, eps / (|V| - 2) on
   every class except the true one and `<pad>`, 0 on `<pad>`.
+
+A model that spreads its remaining mass evenly minimises the loss at p(true) = the target's
+mass on the true class: 1 - eps + eps/|V| (uniform), 1 - eps (t2t and annotated).
 
 Positions whose target is `pad_id` are left out of the loss (the mean runs over the other
 positions). Classes with q_v = 0 contribute exactly 0 (never 0 * log 0 = NaN), so logits of
@@ -65,7 +71,7 @@ __all__ = [
     "exact_match",
 ]
 
-CONVENTIONS = ("uniform", "annotated")
+CONVENTIONS = ("uniform", "t2t", "annotated")
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,6 +90,11 @@ def _check_smoothing(smoothing: object) -> float:
 def _check_convention(convention: object, vocab_size: int, pad_id: int | None) -> None:
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
+    if convention == "t2t" and vocab_size < 2:
+        raise ValueError(
+            f'convention "t2t" needs vocab_size >= 2 (eps is spread over |V| - 1 classes), '
+            f"got {vocab_size}"
+        )
     if convention == "annotated":
         if pad_id is None:
             raise ValueError('convention "annotated" needs a pad_id (it puts 0 on <pad>)')
@@ -125,7 +136,7 @@ def smoothed_targets(
         smoothing: eps in [0, 1).
         pad_id: rows whose target is `pad_id` become all-zero (they are left out of the loss);
             with `"annotated"` the `<pad>` column is 0 too. `None`: no padding.
-        convention: `"uniform"` or `"annotated"` (see the module docstring).
+        convention: `"uniform"`, `"t2t"` or `"annotated"` (see the module docstring).
         dtype: the floating-point type of the result.
 
     Returns:
@@ -146,6 +157,9 @@ def smoothed_targets(
     if convention == "uniform":
         q = torch.full((n, vocab_size), eps / vocab_size, **like)
         q.scatter_add_(1, true, torch.full((n, 1), 1.0 - eps, **like))
+    elif convention == "t2t":
+        q = torch.full((n, vocab_size), eps / (vocab_size - 1), **like)
+        q.scatter_(1, true, 1.0 - eps)
     else:
         q = torch.full((n, vocab_size), eps / (vocab_size - 2), **like)
         q[:, pad_id] = 0.0
@@ -161,7 +175,9 @@ def _per_token_loss(
     """(loss per position `(N,)`, 1.0 where counted `(N,)`) for `logits (N, V)`, `target (N,)`.
 
     The cross-entropy -sum_v q_v log p_v, written without building q: the true class has
-    weight 1 - eps (+ eps/|V| in "uniform"), the rest share eps. A weight that is 0 is never
+    weight 1 - eps (+ eps/|V| in "uniform"), the rest share eps (all |V| classes in
+    "uniform", the |V| - 1 others in "t2t", the |V| - 2 non-pad others in "annotated"). A
+    weight that is 0 is never
     multiplied by log p (no 0 * -inf = NaN): with eps = 0 the smoothing term is skipped, and
     in "annotated" the excluded classes are replaced by 0 before summing.
     """
@@ -173,6 +189,9 @@ def _per_token_loss(
     if eps > 0.0:
         if convention == "uniform":
             loss = loss - (eps / vocab_size) * logp.sum(-1)
+        elif convention == "t2t":
+            others = logp.scatter(1, true, 0.0)
+            loss = loss - (eps / (vocab_size - 1)) * others.sum(-1)
         else:
             others = logp.scatter(1, true, 0.0)
             others[:, pad_id] = 0.0
@@ -213,7 +232,8 @@ def label_smoothing_loss(
         smoothing: eps in [0, 1); 0 gives the plain cross-entropy.
         pad_id: positions whose target is `pad_id` are ignored; `None`: none are.
         convention: `"uniform"` (= `F.cross_entropy(..., label_smoothing=eps,
-            ignore_index=pad_id)`) or `"annotated"` (see the module docstring).
+            ignore_index=pad_id)`), `"t2t"` (tensor2tensor's and fairseq's, the one the
+            paper's models were trained with) or `"annotated"` (see the module docstring).
         reduction: `"mean"` over non-pad positions (0 if there are none), `"sum"`, or
             `"none"` (shape `(...)`, 0 at pad positions).
 
@@ -249,8 +269,10 @@ def kl_to_smoothed(
 
     KL(q || p) = sum_v q_v (log q_v - log p_v) with 0 log 0 = 0, so
     `label_smoothing_loss(...) == kl_to_smoothed(...) + H(q)`: the loss and the KL differ
-    by the entropy of the target, a constant. This one builds q explicitly (`(N, V)`), as
-    the derivation does; use it to check, `label_smoothing_loss` to train. Shapes as there.
+    by the entropy of the target, a constant. tensor2tensor reports this quantity: it
+    subtracts H(q) (its "normalizing" constant) from the loss, so a perfect model scores 0.
+    This one builds q explicitly (`(N, V)`), as the derivation does; use it to check,
+    `label_smoothing_loss` to train. Shapes as there.
     """
     logits, target = _check_logits_target(logits, target)
     vocab_size = logits.shape[-1]
