@@ -225,6 +225,11 @@ def test_a_sequence_of_exactly_max_len_is_accepted(encoding):
             "sequence length 5 exceeds max_len 4",
         ),
         (lambda: SinusoidalPositionalEncoding(8)(torch.randn(1, 5, 6)), "d_model=8"),
+        # the learned table checks its sizes with the shared check_positive_int
+        (lambda: LearnedPositionalEncoding(0), "d_model must be a positive int, got 0"),
+        (lambda: LearnedPositionalEncoding(True), "d_model must be a positive int, got True"),
+        (lambda: LearnedPositionalEncoding(8.0), r"d_model must be a positive int, got 8\.0"),
+        (lambda: LearnedPositionalEncoding(8, max_len=0), "max_len must be a positive int"),
         (lambda: Vocab.build(TEXTS, min_freq=0), "min_freq must be a positive int"),
     ],
 )

@@ -290,8 +290,7 @@ class LearnedPositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
         super().__init__()
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"d_model must be a positive int, got {d_model!r}")
+        check_positive_int("d_model", d_model)
         check_positive_int("max_len", max_len)
         check_dropout(dropout)
         self.d_model = d_model
