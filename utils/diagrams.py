@@ -152,6 +152,6 @@ def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Fi
     ax.text(dx, 10.95, "output probabilities", ha="center", fontsize=9)
     ax.text(ex, 9.7, "The Transformer\n(Vaswani et al., 2017)", ha="center", va="center",
             fontsize=12, fontweight="bold")
-    ax.text(ex, 8.9, "trained in nb 10, decoded in nb 11 (coming)", ha="center", fontsize=8,
+    ax.text(ex, 8.9, "trained in nb 10, decoded in nb 11", ha="center", fontsize=8,
             color="#4a5568")
     return fig, ax
