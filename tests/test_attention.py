@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.attention import (
+    AttentionCache,
     MultiHeadAttention,
     check_mask,
     merge_heads,
@@ -324,3 +325,17 @@ def test_copy_to_torch_mha_rejects_mismatched_modules():
         copy_to_torch_mha(MultiHeadAttention(16, 4), nn.MultiheadAttention(16, 2))
     with pytest.raises(ValueError, match="d_k = d_v = d_model // n_heads"):
         copy_to_torch_mha(MultiHeadAttention(16, 4, d_k=8), nn.MultiheadAttention(16, 4))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_static_cache_refuses_a_memory_of_another_length(fused):
+    # a cross-attention cache projects its memory once; a later memory of another length
+    # (another source) must not be silently replaced by the cached one
+    mha = MultiHeadAttention(16, 4, fused=fused).eval()
+    cache = AttentionCache(static=True)
+    query, memory = torch.randn(2, 1, 16), torch.randn(2, 5, 16)
+    mha(query, memory, memory, cache=cache)
+    mha(query, memory, memory, cache=cache)  # the same memory again is fine
+    other = torch.randn(2, 7, 16)
+    with pytest.raises(ValueError, match="memory of 5 positions, but the key has 7"):
+        mha(query, other, other, cache=cache)

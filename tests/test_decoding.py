@@ -230,8 +230,9 @@ def test_top_k_and_top_p_filtering() -> None:
     kept = lambda f: torch.isfinite(f).squeeze(0).tolist()  # noqa: E731
     assert kept(filter_logits(logits, top_k=2)) == [True, True, False, False]
     assert kept(filter_logits(logits, top_p=0.5)) == [True, False, False, False]
-    assert kept(filter_logits(logits, top_p=0.8)) == [True, True, False, False]
-    assert kept(filter_logits(logits, top_p=0.81)) == [True, True, True, False]
+    # p away from the cumulative masses 0.5, 0.8, 0.95 (at a tie, float rounding decides)
+    assert kept(filter_logits(logits, top_p=0.75)) == [True, True, False, False]
+    assert kept(filter_logits(logits, top_p=0.85)) == [True, True, True, False]
     assert kept(filter_logits(logits, top_p=1.0)) == [True] * 4
 
 
@@ -277,6 +278,46 @@ def test_bad_decoding_settings_raise_clear_errors() -> None:
             Seq2SeqScorer(model, torch.full((1, 3), 12))
         with pytest.raises(ValueError, match="at least one token"):
             Seq2SeqScorer(model, torch.zeros(1, 0, dtype=torch.long))
+
+
+def test_a_scorer_refuses_a_model_in_training_mode() -> None:
+    """Dropout on would make decoding random (and cached != recomputed)."""
+    model = tiny_model(dropout=0.1).train()
+    with pytest.raises(ValueError, match="model is in training mode"):
+        Seq2SeqScorer(model, sources())
+    with evaluation(model):
+        Seq2SeqScorer(model, sources())  # fine in eval mode
+    assert model.training  # and evaluation() restored the mode
+
+
+def test_translate_refuses_a_bool_beam_size() -> None:
+    """`True == 1` would otherwise run greedy search without a word."""
+    model = tiny_model()
+    for bad in (True, 0, 2.0):
+        with pytest.raises(ValueError, match="beam_size must be a positive int"):
+            translate(model, sources(), beam_size=bad, max_len=8)
+
+
+def test_a_static_cache_refuses_another_source_length() -> None:
+    """A cached decoder step fed a memory of another length must not reuse the old keys."""
+    model = tiny_model()
+    with torch.no_grad():
+        memory = model.encode(sources(batch=2, length=6))
+        cache = model.init_cache()
+        model.decode(bos(2), memory, cache=cache)
+        with pytest.raises(ValueError, match="memory of 6 positions, but the key has 4"):
+            model.decode(torch.full((2, 1), 5), memory[:, :4], cache=cache)
+
+
+def test_greedy_and_sampling_share_one_loop() -> None:
+    """A sampler whose distribution is one-hot on the argmax reproduces greedy search."""
+    model = tiny_model()
+    src = sources()
+    with evaluation(model):
+        greedy = greedy_search(Seq2SeqScorer(model, src), bos(4), 12, EOS)
+        drawn = sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, top_k=1,
+                       generator=torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, greedy)
 
 
 def test_a_generated_pad_token_is_read_the_same_with_and_without_cache() -> None:

@@ -527,6 +527,12 @@ class MultiHeadAttention(nn.Module):
                 f"{query.shape[0]}; start a new cache (or reorder it) for another batch"
             )
         if cache.static:  # cross-attention: keys/values of the source, projected once
+            if cache.k is not None and cache.k.shape[2] != key.shape[1]:
+                raise ValueError(
+                    f"this cross-attention cache holds keys of a memory of {cache.k.shape[2]} "
+                    f"positions, but the key has {key.shape[1]}; start a new cache for a new "
+                    "source"
+                )
             q = self.project(query, "q")
             if cache.k is None:
                 if self.fused and key is value:

@@ -21,7 +21,7 @@ counts the generated tokens including `<eos>`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -77,8 +77,9 @@ class Seq2SeqScorer:
     The source `(B, S)` is encoded once. With `use_cache=True` the decoder keeps a
     `KVCache` and each call feeds only the positions it has not seen; without it every call
     recomputes the decoder over the whole prefix (O(t²) attention work per step; notebook
-    11 measures the difference). Call it inside `evaluation(model)` (the public decoding
-    functions do).
+    11 measures the difference). The model must be in eval mode (a model in training mode is
+    refused: dropout would make decoding random); build it inside `evaluation(model)`, as the
+    public decoding functions do.
     """
 
     def __init__(
@@ -90,6 +91,11 @@ class Seq2SeqScorer:
     ) -> None:
         if not isinstance(model, Transformer):
             raise ValueError(f"model must be a utils.model.Transformer, got {type(model).__name__}")
+        if model.training:  # dropout would make each step random, and cached != recomputed
+            raise ValueError(
+                "model is in training mode (dropout on); call model.eval() or build the scorer "
+                "inside `with evaluation(model):`"
+            )
         check_token_ids(src, "src")
         if src.shape[1] == 0:
             raise ValueError(f"src must hold at least one token per row, got {tuple(src.shape)}")
@@ -140,21 +146,31 @@ def _check_prefix(prefix: Tensor, max_len: int, scorer: Scorer) -> None:
         )
 
 
+def _check_beam_size(beam_size: int) -> None:
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+
+
 def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; 1 for alpha = 0."""
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016); 1 for alpha = 0.
+
+    Not Hugging Face's `length_penalty` nor fairseq's `--lenpen`: those divide log P(Y) by
+    |Y|^alpha (notebook 11, section 4.2, compares the conventions).
+    """
     return ((5 + length) / 6) ** alpha
 
 
-def greedy_search(
-    scorer: Scorer, prefix: Tensor, max_len: int, eos_id: int | None, pad_id: int = 0
+def _generate(
+    scorer: Scorer,
+    prefix: Tensor,
+    max_len: int,
+    eos_id: int | None,
+    pad_id: int,
+    pick: Callable[[Tensor], Tensor],
 ) -> Tensor:
-    """Pick the most probable next token until `<eos>` or `max_len`, for a whole batch.
-
-    Each sequence stops at its own `<eos>` and leaves the batch (so the model stops
-    spending work on it); the rest go on. Returns `(B, L)`: the prefix, the generated
-    tokens (with `<eos>`), then `pad_id` up to the longest sequence, L <= max_len.
-    """
-    _check_prefix(prefix, max_len, scorer)
+    """The loop greedy search and sampling share; only `pick`, logits `(B, V)` -> ids `(B,)`,
+    differs. Each sequence stops at its own `<eos>` and leaves the batch through
+    `scorer.reorder`. Returns `(B, L)`: prefix, generated tokens, then `pad_id`."""
     batch, start = prefix.shape
     out = torch.full((batch, max_len), pad_id, dtype=torch.long, device=prefix.device)
     out[:, :start] = prefix
@@ -162,7 +178,7 @@ def greedy_search(
     seqs = prefix
     length = start
     for t in range(start, max_len):
-        next_token = scorer.next_logits(seqs).argmax(dim=-1)  # (B_active,)
+        next_token = pick(scorer.next_logits(seqs))  # (B_active,)
         out[active, t] = next_token
         seqs = torch.cat([seqs, next_token[:, None]], dim=1)
         length = t + 1
@@ -176,6 +192,19 @@ def greedy_search(
             scorer.reorder(keep)
             active, seqs = active[keep], seqs[keep]
     return out[:, :length]
+
+
+def greedy_search(
+    scorer: Scorer, prefix: Tensor, max_len: int, eos_id: int | None, pad_id: int = 0
+) -> Tensor:
+    """Pick the most probable next token until `<eos>` or `max_len`, for a whole batch.
+
+    Each sequence stops at its own `<eos>` and leaves the batch (so the model stops
+    spending work on it); the rest go on. Returns `(B, L)`: the prefix, the generated
+    tokens (with `<eos>`), then `pad_id` up to the longest sequence, L <= max_len.
+    """
+    _check_prefix(prefix, max_len, scorer)
+    return _generate(scorer, prefix, max_len, eos_id, pad_id, lambda logits: logits.argmax(-1))
 
 
 @dataclass(frozen=True)
@@ -212,8 +241,7 @@ def beam_search(
     Returns, per sentence, the `n_best` best `Hypothesis`es, best first.
     """
     _check_prefix(prefix, max_len, scorer)
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
+    _check_beam_size(beam_size)
     if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}], got {n_best!r}")
     if not isinstance(alpha, int | float) or isinstance(alpha, bool) or alpha < 0:
@@ -234,44 +262,45 @@ def beam_search(
         vocab = logp.shape[-1]
         cand = (beam_logprob[:, :, None] + logp.view(len(active), k, vocab)).view(len(active), -1)
         n_cand = min(2 * k, cand.shape[1])
-        top_lp, top_idx = cand.topk(n_cand, dim=1)  # (A, 2k), best first
-        top_lp, top_idx = top_lp.tolist(), top_idx.tolist()
+        top_logprob, top_idx = cand.topk(n_cand, dim=1)  # (A, 2k), best first
+        top_logprob, top_idx = top_logprob.tolist(), top_idx.tolist()
         rows, tokens, logprobs, still_active = [], [], [], []
         for a, sentence in enumerate(active):
             alive: list[tuple[int, int, float]] = []
             for rank in range(n_cand):
-                lp_sum = top_lp[a][rank]
-                if lp_sum == float("-inf"):
+                logprob = top_logprob[a][rank]
+                if logprob == float("-inf"):
                     break
                 row = a * k + top_idx[a][rank] // vocab
                 token = top_idx[a][rank] % vocab
                 if token == eos_id:
                     if rank < k:
                         generated = seqs[row, start:].tolist() + [token]
-                        lp_norm = lp_sum / length_penalty(len(generated), alpha)
-                        finished[sentence].append(Hypothesis(generated, lp_sum, lp_norm))
+                        score = logprob / length_penalty(len(generated), alpha)
+                        finished[sentence].append(Hypothesis(generated, logprob, score))
                 elif len(alive) < k:
-                    alive.append((row, token, lp_sum))
+                    alive.append((row, token, logprob))
             done_list = sorted(finished[sentence], key=lambda h: -h.score)
             finished[sentence] = done_list
+            # the best score a live hypothesis could still reach (see the docstring)
+            best_reachable = max((logprob for _, _, logprob in alive), default=0.0) / best_bound
             can_improve = bool(alive) and (
-                len(done_list) < n_best
-                or max(lp for _, _, lp in alive) / best_bound > done_list[n_best - 1].score
+                len(done_list) < n_best or best_reachable > done_list[n_best - 1].score
             )
             if not can_improve or t + 1 == max_len:
                 if t + 1 == max_len:  # out of room: live hypotheses end here
-                    for row, token, lp_sum in alive:
+                    for row, token, logprob in alive:
                         generated = seqs[row, start:].tolist() + [token]
-                        lp_norm = lp_sum / length_penalty(len(generated), alpha)
-                        finished[sentence].append(Hypothesis(generated, lp_sum, lp_norm))
+                        score = logprob / length_penalty(len(generated), alpha)
+                        finished[sentence].append(Hypothesis(generated, logprob, score))
                 continue
             still_active.append(sentence)
             while len(alive) < k:  # pad the beam with dead entries
                 alive.append((alive[0][0], pad_id, float("-inf")))
-            for row, token, lp_sum in alive:
+            for row, token, logprob in alive:
                 rows.append(row)
                 tokens.append(token)
-                logprobs.append(lp_sum)
+                logprobs.append(logprob)
         if not still_active:
             break
         index = torch.tensor(rows, device=device)
@@ -321,7 +350,8 @@ def sample(
 ) -> Tensor:
     """Draw each next token from softmax(logits / temperature), optionally top-k / top-p
     filtered; a fixed `generator` makes the draw reproducible. Batched; each sequence
-    stops at its own `<eos>` (if `eos_id` is given). Returns `(B, L)` like `greedy_search`.
+    stops at its own `<eos>` (if `eos_id` is given). Returns `(B, L)` like `greedy_search`,
+    whose loop it shares: only the choice of the next token differs.
     """
     if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
         temperature > 0
@@ -329,29 +359,12 @@ def sample(
         raise ValueError(f"temperature must be a positive number, got {temperature!r}")
     filter_logits(torch.zeros(1, 2), top_k, top_p)  # validate the settings before any work
     _check_prefix(prefix, max_len, scorer)
-    batch, start = prefix.shape
-    out = torch.full((batch, max_len), pad_id, dtype=torch.long, device=prefix.device)
-    out[:, :start] = prefix
-    active = torch.arange(batch, device=prefix.device)
-    seqs = prefix
-    length = start
-    for t in range(start, max_len):
-        logits = scorer.next_logits(seqs).float() / temperature
-        probs = filter_logits(logits, top_k, top_p).softmax(dim=-1)
-        next_token = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        out[active, t] = next_token
-        seqs = torch.cat([seqs, next_token[:, None]], dim=1)
-        length = t + 1
-        if eos_id is None:
-            continue
-        going = next_token != eos_id
-        if not bool(going.all()):
-            keep = going.nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
-            scorer.reorder(keep)
-            active, seqs = active[keep], seqs[keep]
-    return out[:, :length]
+
+    def draw(logits: Tensor) -> Tensor:
+        probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _generate(scorer, prefix, max_len, eos_id, pad_id, draw)
 
 
 def strip_special(seq: list[int] | Tensor, bos_id: int, eos_id: int, pad_id: int) -> list[int]:
@@ -375,9 +388,11 @@ def translate(
 ) -> list[list[int]]:
     """Decode a batch of sources `(B, S)` with greedy search (`beam_size=1`) or beam search.
 
-    `max_len` (whole target including `<bos>`) defaults to S + 50, capped by the model's
-    positional table. Returns per sentence the target ids without `<bos>`, `<eos>`, padding.
+    `max_len` (whole target including `<bos>`) defaults to S + 50, the paper's "input length +
+    50" (section 6.1), capped by the model's positional table. Returns per sentence the target
+    ids without `<bos>`, `<eos>`, padding.
     """
+    _check_beam_size(beam_size)  # True would otherwise pass as 1 (greedy)
     config = model.config
     if max_len is None:
         max_len = min(src.shape[-1] + 50, config.max_len) if isinstance(src, Tensor) else 0
