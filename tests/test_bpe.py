@@ -82,3 +82,26 @@ def test_bad_arguments(tok):
         BPETokenizer.train(TEXTS, vocab_size=4)
     with pytest.raises(ValueError, match="non-empty sentence"):
         BPETokenizer.train(["", " "], vocab_size=50)
+
+
+def test_merges_are_in_training_order(tok):
+    merges = tok.merges
+    alphabet = {ch for t in TEXTS for ch in " ".join(t.split()).replace(" ", "\u2581")} | {
+        "\u2581"}
+    # every merge adds one entry: specials + characters + merges fill the vocabulary
+    assert len(merges) == tok.vocab_size - len(SPECIAL_TOKENS) - len(alphabet)
+    vocab = tok.tokenizer.get_vocab()
+    assert all(vocab[a + b] == len(SPECIAL_TOKENS) + len(alphabet) + k
+               for k, (a, b) in enumerate(merges))
+
+
+def test_first_merge_is_the_most_frequent_pair(tok):
+    # Count adjacent character pairs inside the pre-tokenized words, from scratch.
+    counts: dict[tuple[str, str], int] = {}
+    pre = tok.tokenizer.pre_tokenizer
+    for text in TEXTS:
+        for word, _ in pre.pre_tokenize_str(tok.tokenizer.normalizer.normalize_str(text)):
+            for pair in zip(word[:-1], word[1:], strict=True):
+                counts[pair] = counts.get(pair, 0) + 1
+    top = max(counts.values())
+    assert counts[tok.merges[0]] == top

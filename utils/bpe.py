@@ -15,6 +15,7 @@ to attend to.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -91,6 +92,17 @@ class BPETokenizer:
     def to_str(self) -> str:
         """The whole tokenizer (vocabulary, merges, normalizer) as a JSON string."""
         return self.tokenizer.to_str()
+
+    @property
+    def merges(self) -> list[tuple[str, str]]:
+        """The learned merges, in the order training made them: `(left, right)` symbol pairs.
+
+        Merge `k` joined the most frequent adjacent pair after merges `0..k-1` (Sennrich et al.,
+        2016); notebook 12 re-derives the first ones with a loop of its own.
+        """
+        merges = json.loads(self.to_str())["model"]["merges"]
+        # tokenizers writes ["a", "b"] pairs; versions before 0.20 wrote "a b" strings.
+        return [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in merges]
 
     @property
     def vocab_size(self) -> int:

@@ -45,10 +45,19 @@ def load_translator(path: str | Path) -> tuple[Transformer, BPETokenizer, dict[s
     Raises:
         ValueError: if the file is not a translator written by `save_translator`.
     """
-    blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+    try:
+        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # not a torch file at all (text, a truncated download, ...)
+        raise ValueError(f"{path} is not a translator file ({FORMAT!r}): torch.load failed "
+                         f"with {type(err).__name__}") from err
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a translator file ({FORMAT!r}), got "
-                         f"{blob.get('format') if isinstance(blob, dict) else type(blob)}")
+        got = f"format {blob.get('format')!r}" if isinstance(blob, dict) else type(blob).__name__
+        raise ValueError(f"{path} is not a translator file ({FORMAT!r}), got {got}")
+    missing = {"config", "state_dict", "tokenizer", "info"} - set(blob)
+    if missing:
+        raise ValueError(f"{path} is a truncated translator file: no {sorted(missing)}")
     model = Transformer(TransformerConfig(**blob["config"]))
     model.load_state_dict({k: v.float() if v.is_floating_point() else v
                            for k, v in blob["state_dict"].items()})
