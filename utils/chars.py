@@ -6,6 +6,9 @@ never saw is a `ValueError` that names it, because a silent substitute would let
 read (and a loss score) text it cannot represent.
 
 Shapes: `encode(text)` -> `(N,)` int64 ids for a text of N characters; `decode` takes `(N,)`.
+
+`longest_shared_substring` is the memorisation check of a generated sample: the longest
+stretch of it that occurs, character for character, in the training text.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["CharVocab"]
+__all__ = ["CharVocab", "longest_shared_substring"]
 
 
 class CharVocab:
@@ -72,3 +75,25 @@ class CharVocab:
         if bad:
             raise ValueError(f"ids must be ints in [0, {len(self)}), got {bad[:5]!r}")
         return "".join(self.chars[i] for i in ids)
+
+
+def longest_shared_substring(text: str, reference: str) -> str:
+    """The longest substring of `text` that also occurs in `reference` (the first one found
+    when several tie; "" when they share no character).
+
+    The memorisation check of a language model's sample: a sample that shares a long
+    stretch with the training text is quoting it, one that shares only what any two texts
+    of the language share (a few short words) is not. Brute force without an index: for
+    each start in `text` the match only has to grow past the best so far, so it asks
+    `len(text) + len(answer)` substring questions (`in`) of `reference`; meant for samples
+    of a few hundred characters against a reference of a few million.
+    """
+    for name, value in (("text", text), ("reference", reference)):
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a str, got {type(value).__name__}")
+    best, where = 0, 0
+    for start in range(len(text)):
+        # grow the candidate text[start : start + best + 1] while reference holds it
+        while start + best < len(text) and text[start : start + best + 1] in reference:
+            best, where = best + 1, start
+    return text[where : where + best]
