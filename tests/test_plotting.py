@@ -139,3 +139,4 @@ def test_architecture_diagram_names_the_notebooks():
     for block in ("multi-head self-attention", "feed-forward", "add & norm", "softmax"):
         assert block in texts
     assert "(nb 05)" in texts or "(nb 03–05)" in texts
+    assert "coming" not in texts  # every notebook the figure names exists
