@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import random
 import sys
 import time
@@ -41,6 +40,7 @@ import torch  # noqa: E402
 
 import utils  # noqa: E402
 from utils.bpe import BPETokenizer  # noqa: E402
+from utils.corpora import load_parallel_verses  # noqa: E402
 from utils.data import Seq2SeqBatch, bucket_batches, make_batch  # noqa: E402
 from utils.decoding import translate  # noqa: E402
 from utils.model import Transformer, TransformerConfig  # noqa: E402
@@ -54,14 +54,6 @@ SPLIT_SEED = 0
 
 def load_pairs() -> list[tuple[str, int, int, str, str]]:
     """`(book, chapter, verse, es, en)` for every aligned verse of the shipped corpus."""
-    try:
-        from utils.corpora import load_parallel_verses
-    except ImportError:  # pragma: no cover - before the corpus module exists
-        path = ROOT / "data" / "bible_es_en.tsv.gz"
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            next(f)
-            rows = [line.rstrip("\n").split("\t") for line in f]
-        return [(b, int(c), int(v), es, en) for b, c, v, es, en in rows]
     return [(r.book, r.chapter, r.verse, r.es, r.en) for r in load_parallel_verses()]
 
 
