@@ -12,11 +12,14 @@ row per evaluation:
 
     step,train_tokens,split,decoder,n_verses,bleu,chrf,elapsed_s,device,bleu_signature,chrf_signature
 
-Write `data/translation_long_run.csv` (one CPU thread: 12,000 steps took 72 minutes where this
-was written, about a third of a second per step on a shared 2-core machine; a GPU is used when
-present):
+The shipped `data/translation_long_run.csv` and `data/translation_long_run.pt` (`--save`: the
+model in float16, its BPE vocabulary, the rows and the test translations; see
+`utils.translation`) were written by the command below, on one CPU thread: 12,000 steps took
+60 minutes where this was written, about 0.3 s per step on a 2-core machine whose other core was
+busy (a GPU is used when present):
 
-    .venv/bin/python tools/train_translation.py --steps 12000 --out data/translation_long_run.csv
+    .venv/bin/python tools/train_translation.py --steps 12000 \
+        --out data/translation_long_run.csv --save data/translation_long_run.pt
 
 `--d-model`, `--layers` and `--max-tokens` make it bigger (e.g. on a GPU); the CSV records the
 device, and the notebook plots whatever the CSV holds.
