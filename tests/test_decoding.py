@@ -172,7 +172,7 @@ def test_beam_size_one_equals_greedy() -> None:
     greedy = translate(model, src, beam_size=1, max_len=15)
     with evaluation(model):
         hyps = beam_search(Seq2SeqScorer(model, src), bos(4), 1, 15, EOS, alpha=0.0)
-    assert [[t for t in h[0].tokens if t != EOS] for h in hyps] == greedy
+    assert [[t for t in best[0].tokens if t != EOS] for best in hyps] == greedy
 
 
 def test_beam_score_is_the_recomputed_log_probability() -> None:
@@ -181,10 +181,10 @@ def test_beam_score_is_the_recomputed_log_probability() -> None:
     with evaluation(model):
         hyps = beam_search(Seq2SeqScorer(model, src), bos(4), 4, 12, EOS, alpha=0.6, n_best=2)
     for b, best in enumerate(hyps):
-        for h in best:
-            recomputed = sequence_logprob(model, src[b], h.tokens)
-            assert abs(h.logprob - recomputed) < 1e-4
-            assert abs(h.score - recomputed / length_penalty(len(h.tokens), 0.6)) < 1e-4
+        for hyp in best:
+            recomputed = sequence_logprob(model, src[b], hyp.tokens)
+            assert abs(hyp.logprob - recomputed) < 1e-4
+            assert abs(hyp.score - recomputed / length_penalty(len(hyp.tokens), 0.6)) < 1e-4
         assert best[0].score >= best[1].score
 
 

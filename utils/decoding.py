@@ -280,7 +280,7 @@ def beam_search(
                         finished[sentence].append(Hypothesis(generated, logprob, score))
                 elif len(alive) < k:
                     alive.append((row, token, logprob))
-            done_list = sorted(finished[sentence], key=lambda h: -h.score)
+            done_list = sorted(finished[sentence], key=lambda hyp: -hyp.score)
             finished[sentence] = done_list
             # the best score a live hypothesis could still reach (see the docstring)
             best_reachable = max((logprob for _, _, logprob in alive), default=0.0) / best_bound
@@ -308,7 +308,7 @@ def beam_search(
         seqs = torch.cat([seqs[index], torch.tensor(tokens, device=device)[:, None]], dim=1)
         beam_logprob = torch.tensor(logprobs, device=device).view(len(still_active), k)
         active = still_active
-    return [sorted(hyps, key=lambda h: -h.score)[:n_best] for hyps in finished]
+    return [sorted(hyps, key=lambda hyp: -hyp.score)[:n_best] for hyps in finished]
 
 
 def filter_logits(
