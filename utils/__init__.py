@@ -18,6 +18,7 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `decoding`     greedy search, beam search, sampling (batched, key/value cache) -- notebook 11
 - `corpora`      the Bible and Shakespeare texts shipped under data/   -- notebooks 12-13
 - `bpe`          joint BPE tokenizer with the book's special ids       -- notebook 12
+- `translation`  the trained translator saved and loaded (weights, BPE, scores) -- notebook 12
 - `chars`        character vocabulary for the Shakespeare model        -- notebook 13
 - `gpt`          a decoder-only model from the same blocks and cache   -- notebook 13
 
