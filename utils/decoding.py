@@ -146,11 +146,6 @@ def _check_prefix(prefix: Tensor, max_len: int, scorer: Scorer) -> None:
         )
 
 
-def _check_beam_size(beam_size: int) -> None:
-    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be a positive int, got {beam_size!r}")
-
-
 def length_penalty(length: int, alpha: float) -> float:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al., 2016); 1 for alpha = 0.
 
@@ -241,7 +236,7 @@ def beam_search(
     Returns, per sentence, the `n_best` best `Hypothesis`es, best first.
     """
     _check_prefix(prefix, max_len, scorer)
-    _check_beam_size(beam_size)
+    check_positive_int("beam_size", beam_size)
     if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}], got {n_best!r}")
     if not isinstance(alpha, int | float) or isinstance(alpha, bool) or alpha < 0:
@@ -392,7 +387,7 @@ def translate(
     50" (section 6.1), capped by the model's positional table. Returns per sentence the target
     ids without `<bos>`, `<eos>`, padding.
     """
-    _check_beam_size(beam_size)  # True would otherwise pass as 1 (greedy)
+    check_positive_int("beam_size", beam_size)  # True would otherwise pass as 1 (greedy)
     config = model.config
     if max_len is None:
         max_len = min(src.shape[-1] + 50, config.max_len) if isinstance(src, Tensor) else 0
