@@ -2,8 +2,8 @@
 
 import pytest
 
-from utils.bpe import SPECIAL_TOKENS, UNK_ID, BPETokenizer
-from utils.data import BOS_ID, EOS_ID, FIRST_TOKEN_ID, PAD_ID
+from utils.bpe import BPETokenizer
+from utils.vocab import BOS_ID, EOS_ID, FIRST_TOKEN_ID, PAD_ID, SPECIAL_TOKENS, UNK_ID
 
 TEXTS = [
     "En el principio creó Dios los cielos y la tierra.",

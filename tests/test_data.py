@@ -6,10 +6,6 @@ import pytest
 import torch
 
 from utils.data import (
-    BOS_ID,
-    EOS_ID,
-    FIRST_TOKEN_ID,
-    PAD_ID,
     LMBatch,
     Seq2SeqBatch,
     bucket_batches,
@@ -23,13 +19,7 @@ from utils.data import (
     synthetic_pairs,
     task_batches,
 )
-from utils.embeddings import Vocab
-
-
-def test_special_ids_match_the_vocabulary():
-    vocab = Vocab(["a"])
-    assert (PAD_ID, BOS_ID, EOS_ID) == (vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    assert FIRST_TOKEN_ID == len(Vocab.SPECIALS)
+from utils.vocab import FIRST_TOKEN_ID
 
 
 def test_pad_batch_right_pads_lists_and_tensors():

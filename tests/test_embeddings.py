@@ -1,4 +1,4 @@
-"""Tests for utils.embeddings: vocabulary, token embeddings, tying, positional encodings."""
+"""Tests for utils.embeddings: token embeddings, tying, positional encodings."""
 
 import math
 
@@ -11,10 +11,8 @@ from utils.embeddings import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
     TokenEmbedding,
-    Vocab,
     sinusoidal_encoding,
     tie_weights,
-    tokenize,
 )
 
 TEXTS = ["The cat sat on the mat.", "The dog sat, too!", "A cat and a dog."]
@@ -23,38 +21,6 @@ TEXTS = ["The cat sat on the mat.", "The dog sat, too!", "A cat and a dog."]
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
-
-
-# --- vocabulary ---------------------------------------------------------------------------------
-
-
-def test_tokenize_lowercases_and_splits_punctuation():
-    assert tokenize("The dog sat, too!") == ["the", "dog", "sat", ",", "too", "!"]
-
-
-def test_vocab_specials_and_deterministic_order():
-    vocab = Vocab.build(TEXTS)
-    assert vocab.itos[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
-    assert (vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id) == (0, 1, 2, 3)
-    # "the" x3; then ".", "a", "cat", "dog", "sat" x2 in code-point order; then the singletons
-    assert vocab.itos[4:10] == ["the", ".", "a", "cat", "dog", "sat"]
-    assert Vocab.build(reversed(TEXTS)).itos == vocab.itos
-    assert all(vocab.stoi[t] == i for i, t in enumerate(vocab.itos))
-    assert "cat" in vocab and "zebra" not in vocab
-    assert len(Vocab.build(TEXTS, min_freq=2)) == 4 + 6
-
-
-def test_vocab_round_trip_and_unk():
-    vocab = Vocab.build(TEXTS)
-    text = "The cat sat on the dog, too!"
-    ids = vocab.encode(text, add_bos=True, add_eos=True)
-    assert ids[0] == vocab.bos_id and ids[-1] == vocab.eos_id
-    assert vocab.decode(ids) == " ".join(tokenize(text)) == "the cat sat on the dog , too !"
-    assert vocab.encode("the zebra") == [vocab.stoi["the"], vocab.unk_id]
-    assert vocab.decode(vocab.encode("the zebra")) == "the <unk>"
-    assert vocab.decode(torch.tensor(ids), skip_special=False).startswith("<bos> the")
-    with pytest.raises(ValueError, match=r"ids must be ints in \[0, 16\)"):
-        vocab.decode([99])
 
 
 # --- token embedding ----------------------------------------------------------------------------
@@ -230,7 +196,6 @@ def test_a_sequence_of_exactly_max_len_is_accepted(encoding):
         (lambda: LearnedPositionalEncoding(True), "d_model must be a positive int, got True"),
         (lambda: LearnedPositionalEncoding(8.0), r"d_model must be a positive int, got 8\.0"),
         (lambda: LearnedPositionalEncoding(8, max_len=0), "max_len must be a positive int"),
-        (lambda: Vocab.build(TEXTS, min_freq=0), "min_freq must be a positive int"),
     ],
 )
 def test_bad_input(call, match):

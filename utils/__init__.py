@@ -5,9 +5,10 @@ it instead of retyping it. Imports only point backwards in the reading order:
 
 - `env`          reproducible set-up (`setup`, `get_device`, `fmt`)    -- notebook 00
 - `checks`       argument checks shared by every module (one wording per mistake)
+- `vocab`        the special token ids and the word-level vocabulary   -- notebook 01
 - `plotting`     heatmaps of attention, masks and positional encodings -- every notebook
 - `diagrams`     the architecture figure drawn with matplotlib         -- notebook 00
-- `embeddings`   vocabulary, token embeddings, positional encodings    -- notebooks 01-02
+- `embeddings`   token embeddings, positional encodings                -- notebooks 01-02
 - `attention`    scaled dot-product and multi-head attention           -- notebooks 03, 05
 - `masks`        padding and causal masks                              -- notebook 04
 - `layers`       feed-forward, LayerNorm, sublayers, encoder/decoder layers -- notebooks 06-08

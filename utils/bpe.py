@@ -3,7 +3,7 @@
 `BPETokenizer.train(texts, vocab_size)` learns one BPE vocabulary from source and target text
 together (a *joint* vocabulary, as in the paper's English-German setup), offline and in
 seconds, with the `tokenizers` package. The ids follow the book's convention
-(`utils.data`): `<pad>` 0, `<bos>` 1, `<eos>` 2, `<unk>` 3, subwords from 4.
+(`utils.vocab`): `<pad>` 0, `<bos>` 1, `<eos>` 2, `<unk>` 3, subwords from 4.
 
 Words are split on whitespace and punctuation is kept as its own pieces; a word-initial
 piece carries the marker `▁` (U+2581), so `decode(encode(text))` gives the text back with
@@ -20,15 +20,9 @@ from collections.abc import Iterable, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from utils.data import BOS_ID, EOS_ID, FIRST_TOKEN_ID, PAD_ID
+from utils.vocab import FIRST_TOKEN_ID, SPECIAL_TOKENS
 
-UNK_ID = 3
-SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
 WORD_MARK = "\u2581"  # "▁", marks a piece that starts a word
-
-if (PAD_ID, BOS_ID, EOS_ID, FIRST_TOKEN_ID) != (0, 1, 2, 4):  # pragma: no cover - a guard
-    raise ImportError("utils.bpe assumes PAD 0, BOS 1, EOS 2, UNK 3, tokens from 4")
-
 
 class BPETokenizer:
     """A trained BPE vocabulary with the book's special ids.

@@ -15,7 +15,7 @@ Notebook 10 derives these; every later notebook that trains uses them.
   outside them (another seed alone does not make a short sequence unseen).
 - `lm_blocks`, `lm_batches`: random windows of one long id sequence for a decoder-only LM.
 
-Special ids are those of `utils.embeddings.Vocab`: `PAD_ID = 0`, `BOS_ID = 1`, `EOS_ID = 2`,
+Special ids are those of `utils.vocab`: `PAD_ID = 0`, `BOS_ID = 1`, `EOS_ID = 2`,
 `UNK_ID = 3`; synthetic tokens are drawn from `[FIRST_TOKEN_ID, vocab_size)` = `[4, V)`.
 Every random draw uses its own seeded `torch.Generator` / `random.Random`, never the global
 random state, so data do not change when a notebook adds a cell that draws random numbers.
@@ -31,13 +31,9 @@ import torch
 from torch import Tensor
 
 from utils.checks import check_positive_int
+from utils.vocab import BOS_ID, EOS_ID, FIRST_TOKEN_ID, PAD_ID
 
 __all__ = [
-    "PAD_ID",
-    "BOS_ID",
-    "EOS_ID",
-    "UNK_ID",
-    "FIRST_TOKEN_ID",
     "TASKS",
     "pad_batch",
     "decoder_io",
@@ -55,8 +51,6 @@ __all__ = [
     "lm_batches",
 ]
 
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3  # as in utils.embeddings.Vocab
-FIRST_TOKEN_ID = 4  # the first id that is not a special token
 TASKS = ("copy", "reverse")
 
 IdSequence = Sequence[int] | Tensor

@@ -1,7 +1,7 @@
-"""Vocabulary, token embeddings and positional encodings (notebooks 01 and 02).
+"""Token embeddings and positional encodings (notebooks 01 and 02).
 
-- `tokenize`, `Vocab`: a word-level vocabulary with the special tokens
-  `<pad>` = 0, `<bos>` = 1, `<eos>` = 2, `<unk>` = 3;
+(The word-level vocabulary of notebook 01 is `utils.vocab.Vocab`.)
+
 - `TokenEmbedding`: lookup scaled by √d_model (the paper, section 3.4), and `tie_weights`
   to share one matrix between the embedding and the output layer;
 - `sinusoidal_encoding`, `SinusoidalPositionalEncoding`, `LearnedPositionalEncoding`
@@ -13,9 +13,6 @@ Shapes are batch first: tokens `(B, S)`, embeddings `(B, S, d_model)`.
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter
-from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -25,108 +22,12 @@ from utils.checks import check_dropout, check_positive_int, check_token_ids, che
 from utils.dropout import Dropout
 
 __all__ = [
-    "tokenize",
-    "Vocab",
     "TokenEmbedding",
     "tie_weights",
     "sinusoidal_encoding",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
 ]
-
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-case `text` and split it into words and single punctuation marks.
-
-    >>> tokenize("Hello, world!")
-    ['hello', ',', 'world', '!']
-    """
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
-    return _TOKEN_RE.findall(text.lower())
-
-
-class Vocab:
-    """A word-level vocabulary: `itos[id]` is a token, `stoi[token]` its id.
-
-    Ids 0-3 are the special tokens `PAD`, `BOS`, `EOS`, `UNK`; the words follow, most frequent
-    first, ties broken alphabetically, so the same texts always give the same ids.
-    `decode(encode(text))` returns the normalised text `" ".join(tokenize(text))` when every
-    word is known; unknown words come back as `<unk>`.
-    """
-
-    PAD = "<pad>"
-    BOS = "<bos>"
-    EOS = "<eos>"
-    UNK = "<unk>"
-    SPECIALS = (PAD, BOS, EOS, UNK)
-
-    def __init__(self, tokens: Iterable[str] = ()) -> None:
-        """A vocabulary of the special tokens followed by `tokens` (in that order)."""
-        self.itos: list[str] = list(self.SPECIALS)
-        for token in tokens:
-            if not isinstance(token, str) or token in self.itos:
-                raise ValueError(f"tokens must be distinct strs, not specials; got {token!r}")
-            self.itos.append(token)
-        self.stoi: dict[str, int] = {token: i for i, token in enumerate(self.itos)}
-
-    @classmethod
-    def build(cls, texts: Iterable[str], min_freq: int = 1) -> Vocab:
-        """Count the words of `texts` and keep those seen at least `min_freq` times."""
-        check_positive_int("min_freq", min_freq)
-        counts = Counter(token for text in texts for token in tokenize(text))
-        kept = [t for t, n in counts.items() if n >= min_freq and t not in cls.SPECIALS]
-        kept.sort(key=lambda t: (-counts[t], t))
-        return cls(kept)
-
-    @property
-    def pad_id(self) -> int:
-        return self.stoi[self.PAD]
-
-    @property
-    def bos_id(self) -> int:
-        return self.stoi[self.BOS]
-
-    @property
-    def eos_id(self) -> int:
-        return self.stoi[self.EOS]
-
-    @property
-    def unk_id(self) -> int:
-        return self.stoi[self.UNK]
-
-    def __len__(self) -> int:
-        return len(self.itos)
-
-    def __contains__(self, token: object) -> bool:
-        return token in self.stoi
-
-    def __repr__(self) -> str:
-        return f"Vocab(size={len(self)})"
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """Token ids of `text`; unknown words map to `unk_id`."""
-        ids = [self.stoi.get(token, self.unk_id) for token in tokenize(text)]
-        return [self.bos_id] * add_bos + ids + [self.eos_id] * add_eos
-
-    def decode(self, ids: Iterable[int] | Tensor, skip_special: bool = True) -> str:
-        """The tokens of `ids` joined by spaces; `<pad>`, `<bos>`, `<eos>` dropped if asked.
-
-        `<unk>` is always kept (it stands for a word, so dropping it would lose a position).
-        """
-        if isinstance(ids, Tensor):
-            ids = ids.tolist()
-        skip = {self.pad_id, self.bos_id, self.eos_id} if skip_special else set()
-        tokens = []
-        for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self):
-                raise ValueError(f"ids must be ints in [0, {len(self)}), got {i!r}")
-            if i not in skip:
-                tokens.append(self.itos[i])
-        return " ".join(tokens)
-
 
 class TokenEmbedding(nn.Module):
     """Token lookup scaled by √d_model: `tokens (B, S)` int -> `(B, S, d_model)`.
