@@ -1,20 +1,227 @@
-"""A trained translator on disk: the model, its BPE vocabulary and its recorded scores.
+"""Notebook 12's translation recipe, written once: the split, the batches, decoding a test
+set, its scores, and the trained translator saved and loaded.
 
-`tools/train_translation.py --save PATH` writes one file; notebook 12 and the tests read it
-back with `load_translator`. Weights are stored in float16 (half the bytes; the model is
-loaded back into float32, and a test checks that its BLEU is what the run recorded).
+Notebook 12 and `tools/experiments/train_translation.py` (the same recipe trained longer)
+both import these, so the two draw the same split and the same batches.
+
+- `keep_by_length`, `split_by_chapter`: verses of `MIN_WORDS`..`MAX_WORDS` words on both sides;
+  dev and test sets made of whole held-out chapters, with no verse whose text occurs in training.
+- `batch_stream`, `TokenCounter`: length-bucketed batches for ever, and the target tokens seen.
+- `translate_all`, `corpus_scores`: translations of a list of sentences, in order, and their
+  sacrebleu corpus BLEU and chrF.
+- `save_translator`, `load_translator`: one file holds the model (float16 weights, loaded back
+  into float32; a test checks that its BLEU is what the run recorded), its BPE vocabulary and
+  the run's recorded scores.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+from sacrebleu.metrics import BLEU, CHRF
 
 from utils.bpe import BPETokenizer
+from utils.checks import check_positive_int
+from utils.corpora import VersePair
+from utils.data import Seq2SeqBatch, bucket_batches, make_batch, pad_batch
+from utils.decoding import translate
 from utils.model import Transformer, TransformerConfig
+
+__all__ = [
+    "MIN_WORDS",
+    "MAX_WORDS",
+    "N_DEV",
+    "N_TEST",
+    "SPLIT_SEED",
+    "Split",
+    "keep_by_length",
+    "split_by_chapter",
+    "batch_stream",
+    "TokenCounter",
+    "translate_all",
+    "Scores",
+    "corpus_scores",
+    "FORMAT",
+    "save_translator",
+    "load_translator",
+]
+
+MIN_WORDS, MAX_WORDS = 4, 30  # words per verse, on both sides: sentences, and short enough
+N_DEV, N_TEST = 200, 1000  # held-out verses
+SPLIT_SEED = 0
+TEST_MARGIN = 50  # test chapters are drawn until this many verses spare, for the twins dropped
+
+
+# --------------------------------------------------------------------------------------------
+# the data split
+# --------------------------------------------------------------------------------------------
+
+
+def keep_by_length(
+    pairs: Sequence[VersePair], min_words: int = MIN_WORDS, max_words: int = MAX_WORDS
+) -> list[VersePair]:
+    """The verses with `min_words` to `max_words` words (split on spaces) on both sides."""
+    return [p for p in pairs if all(min_words <= len(s.split()) <= max_words for s in (p.es, p.en))]
+
+
+class Split(NamedTuple):
+    """Training, dev and test verses, and how many held-out verses were dropped as twins."""
+
+    train: list[VersePair]
+    dev: list[VersePair]
+    test: list[VersePair]
+    n_dropped: int  # held-out verses whose Spanish or English occurs verbatim in training
+
+
+def split_by_chapter(
+    pairs: Sequence[VersePair], seed: int = SPLIT_SEED, n_dev: int = N_DEV, n_test: int = N_TEST
+) -> Split:
+    """Train, dev and test verses; dev and test are whole held-out chapters.
+
+    Chapters are drawn in a seeded random order: the first ones fill the dev set (`n_dev`
+    verses), the next ones the test set (`n_test`, drawn with a margin of `TEST_MARGIN`);
+    every other chapter trains. A held-out verse whose Spanish or English also occurs in
+    training is dropped (a verbatim twin would be memory, not translation). Pass the verses
+    `keep_by_length` keeps.
+    """
+    check_positive_int("n_dev", n_dev)
+    check_positive_int("n_test", n_test)
+    chapters: dict[tuple[str, int], list[VersePair]] = {}
+    for p in pairs:
+        chapters.setdefault((p.book, p.chapter), []).append(p)
+    if len(pairs) < n_dev + n_test + TEST_MARGIN:
+        raise ValueError(
+            f"expected at least n_dev + n_test + {TEST_MARGIN} = "
+            f"{n_dev + n_test + TEST_MARGIN} verses to split, got {len(pairs)}"
+        )
+    keys = list(chapters)
+    random.Random(seed).shuffle(keys)
+    dev_keys: list[tuple[str, int]] = []
+    test_keys: list[tuple[str, int]] = []
+    i = 0
+    while sum(len(chapters[k]) for k in dev_keys) < n_dev:
+        dev_keys.append(keys[i])
+        i += 1
+    while sum(len(chapters[k]) for k in test_keys) < n_test + TEST_MARGIN:
+        test_keys.append(keys[i])
+        i += 1
+        if i == len(keys) and sum(len(chapters[k]) for k in test_keys) < n_test + TEST_MARGIN:
+            raise ValueError(f"the {len(pairs)} verses leave no chapter to train on")
+    held = set(dev_keys) | set(test_keys)
+    train = [p for k in keys if k not in held for p in chapters[k]]
+    seen = {p.es for p in train} | {p.en for p in train}
+
+    def fresh(ks: list[tuple[str, int]]) -> list[VersePair]:
+        return [p for k in ks for p in chapters[k] if p.es not in seen and p.en not in seen]
+
+    n_held = sum(len(chapters[k]) for k in dev_keys + test_keys)
+    n_dropped = n_held - len(fresh(dev_keys + test_keys))
+    return Split(train, fresh(dev_keys)[:n_dev], fresh(test_keys)[:n_test], n_dropped)
+
+
+# --------------------------------------------------------------------------------------------
+# batches
+# --------------------------------------------------------------------------------------------
+
+
+def batch_stream(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    max_tokens: int,
+    seed: int = 0,
+) -> Iterator[Seq2SeqBatch]:
+    """Length-bucketed batches of at most `max_tokens` padded tokens, for ever.
+
+    Epoch e draws its buckets with `bucket_batches(..., seed=seed + e)`, so each epoch sees
+    the batches in a new order. A pair's length is max(|source|, |target| + 1): the decoder
+    input carries `<bos>`, the labels `<eos>`.
+    """
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
+    epoch = 0
+    while True:
+        for idx in bucket_batches(lengths, max_tokens=max_tokens, seed=seed + epoch):
+            yield make_batch([(src_ids[i], tgt_ids[i]) for i in idx])
+        epoch += 1
+
+
+class TokenCounter:
+    """An iterator over `batches` that adds up the target tokens it hands out (`.tokens`)."""
+
+    def __init__(self, batches: Iterator[Seq2SeqBatch]) -> None:
+        self.batches, self.tokens = batches, 0
+
+    def __iter__(self) -> TokenCounter:
+        return self
+
+    def __next__(self) -> Seq2SeqBatch:
+        batch = next(self.batches)
+        self.tokens += batch.n_tokens
+        return batch
+
+
+# --------------------------------------------------------------------------------------------
+# translating and scoring a test set
+# --------------------------------------------------------------------------------------------
+
+
+def translate_all(
+    model: Transformer,
+    tok: BPETokenizer,
+    sources: Sequence[str],
+    beam_size: int = 1,
+    batch_size: int = 50,
+    alpha: float = 0.6,
+) -> list[str]:
+    """Detokenized translations of `sources`, in their order.
+
+    Sources are decoded `batch_size` at a time, sorted by length so a batch holds little
+    padding; `beam_size=1` is greedy search, else beam search with length penalty `alpha`.
+    """
+    check_positive_int("batch_size", batch_size)
+    ids = tok.encode_batch(list(sources))
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    device = next(model.parameters()).device
+    out = [""] * len(ids)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        src = pad_batch([ids[i] for i in chunk], model.config.pad_id).to(device)  # (B, S)
+        hyps = translate(model, src, beam_size=beam_size, alpha=alpha)
+        for i, hyp in zip(chunk, hyps, strict=True):
+            out[i] = tok.decode(hyp)
+    return out
+
+
+class Scores(NamedTuple):
+    """One system's translations of a test set and their corpus scores."""
+
+    hyps: list[str]
+    bleu: float
+    chrf: float
+    line: str  # sacrebleu's report: n-gram precisions, brevity penalty, length ratio, lengths
+    bleu_signature: str  # what BLEU was computed with (tokenizer, smoothing, version)
+    chrf_signature: str
+
+
+def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> Scores:
+    """sacrebleu's corpus BLEU and chrF (its defaults) of detokenized `hyps` against `refs`."""
+    hyps, refs = list(hyps), list(refs)
+    if len(hyps) != len(refs):
+        raise ValueError(f"expected one reference per hypothesis, got {len(refs)} for "
+                         f"{len(hyps)}")
+    bleu, chrf = BLEU(), CHRF()
+    bleu_score = bleu.corpus_score(hyps, [refs])
+    return Scores(hyps, bleu_score.score, chrf.corpus_score(hyps, [refs]).score,
+                  str(bleu_score), str(bleu.get_signature()), str(chrf.get_signature()))
+
+
+# --------------------------------------------------------------------------------------------
+# the trained translator on disk
+# --------------------------------------------------------------------------------------------
 
 FORMAT = "attention-book translator v1"
 
