@@ -173,7 +173,7 @@ def test_synthetic_tasks_reject_bad_arguments():
 def test_lm_blocks_are_next_token_windows():
     ids = torch.arange(100)
     g = torch.Generator().manual_seed(0)
-    x, y = lm_blocks(ids, block_size=8, batch_size=5, generator=g)
+    x, y = lm_blocks(ids, block_size=8, batch_size=5, rng=g)
     assert x.shape == y.shape == (5, 8)
     assert torch.equal(y, x + 1)  # ids = positions: the target is the next position
     # Every window fits, and both ends of the text are reached: starts 0 .. N - T - 1.

@@ -8,7 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from utils.attention import AttentionCache, KVCache, MultiHeadAttention
+from utils.attention import MultiHeadAttention
+from utils.cache import AttentionCache, KVCache
 from utils.decoding import (
     Seq2SeqScorer,
     beam_search,
@@ -236,17 +237,17 @@ def test_top_k_and_top_p_filtering() -> None:
     assert kept(filter_logits(logits, top_p=1.0)) == [True] * 4
 
 
-def test_sampling_is_reproducible_with_a_generator_and_low_temperature_is_greedy() -> None:
+def test_sampling_is_reproducible_with_a_seeded_rng_and_low_temperature_is_greedy() -> None:
     model = tiny_model()
     src = sources()
     with evaluation(model):
         runs = [
             sample(Seq2SeqScorer(model, src), bos(4), 12, EOS,
-                   generator=torch.Generator().manual_seed(7))
+                   rng=torch.Generator().manual_seed(7))
             for _ in range(2)
         ]
         cold = sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, temperature=1e-4,
-                      generator=torch.Generator().manual_seed(7))
+                      rng=torch.Generator().manual_seed(7))
         greedy = greedy_search(Seq2SeqScorer(model, src), bos(4), 12, EOS)
     assert torch.equal(runs[0], runs[1])
     assert torch.equal(cold, greedy)
@@ -316,7 +317,7 @@ def test_greedy_and_sampling_share_one_loop() -> None:
     with evaluation(model):
         greedy = greedy_search(Seq2SeqScorer(model, src), bos(4), 12, EOS)
         drawn = sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, top_k=1,
-                       generator=torch.Generator().manual_seed(0))
+                       rng=torch.Generator().manual_seed(0))
     assert torch.equal(drawn, greedy)
 
 

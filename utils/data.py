@@ -377,7 +377,7 @@ def _check_task(task: object, vocab_size: object, min_len: object, max_len: obje
         raise ValueError(f"min_len must be <= max_len, got min_len={min_len}, max_len={max_len}")
 
 
-def _generator(seed: object) -> torch.Generator:
+def _seeded_rng(seed: object) -> torch.Generator:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     return torch.Generator().manual_seed(seed)
@@ -417,7 +417,7 @@ def synthetic_pairs(
     """
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("n", n)
-    src, tgt, lengths = _draw(task, n, vocab_size, min_len, max_len, _generator(seed))
+    src, tgt, lengths = _draw(task, n, vocab_size, min_len, max_len, _seeded_rng(seed))
     return [
         (s[:k], t[:k]) for s, t, k in zip(src.tolist(), tgt.tolist(), lengths.tolist(), strict=True)
     ]
@@ -441,7 +441,7 @@ def task_batches(
     """
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("batch_size", batch_size)
-    g = _generator(seed)
+    g = _seeded_rng(seed)
 
     def stream() -> Iterator[Seq2SeqBatch]:
         while True:
@@ -503,7 +503,7 @@ def unseen_pairs(
     """
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("n", n)
-    g = _generator(seed)
+    g = _seeded_rng(seed)
     kept: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
     for _ in range(100):
         src, tgt, lengths = _draw(task, n, vocab_size, min_len, max_len, g)
@@ -550,7 +550,7 @@ class LMBatch:
 
 
 def lm_blocks(
-    ids: Tensor, block_size: int, batch_size: int, generator: torch.Generator
+    ids: Tensor, block_size: int, batch_size: int, rng: torch.Generator
 ) -> tuple[Tensor, Tensor]:
     """Random windows of a long id sequence for next-token prediction.
 
@@ -558,7 +558,8 @@ def lm_blocks(
         ids: `(N,)` integer token ids, e.g. a whole text.
         block_size: T, the window length; needs N > T.
         batch_size: B, the number of windows.
-        generator: the `torch.Generator` the start positions are drawn from.
+        rng: the random-number generator (a `torch.Generator`) the start positions are drawn
+            from.
 
     Returns:
         `x (B, T)` = `ids[s : s + T]` and `y (B, T)` = `ids[s + 1 : s + T + 1]` for random
@@ -571,22 +572,22 @@ def lm_blocks(
         raise ValueError(f"ids must be a 1-D integer tensor of token ids, got {got}")
     check_positive_int("block_size", block_size)
     check_positive_int("batch_size", batch_size)
-    if not isinstance(generator, torch.Generator):
-        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    if not isinstance(rng, torch.Generator):
+        raise ValueError(f"rng must be a torch.Generator, got {type(rng).__name__}")
     if ids.numel() <= block_size:
         raise ValueError(
             f"ids must be longer than block_size={block_size} (a window and its next token), "
             f"got {ids.numel()} ids"
         )
-    starts = torch.randint(0, ids.numel() - block_size, (batch_size,), generator=generator)
+    starts = torch.randint(0, ids.numel() - block_size, (batch_size,), generator=rng)
     index = starts[:, None] + torch.arange(block_size)
     ids = ids.long()
     return ids[index.to(ids.device)], ids[(index + 1).to(ids.device)]
 
 
 def lm_batches(ids: Tensor, block_size: int, batch_size: int, seed: int) -> Iterator[LMBatch]:
-    """An endless stream of `LMBatch(*lm_blocks(ids, ...))` drawn with a generator seeded `seed`."""
-    g = _generator(seed)
+    """An endless stream of `LMBatch(*lm_blocks(ids, ...))` drawn with an rng seeded `seed`."""
+    g = _seeded_rng(seed)
     lm_blocks(ids, block_size, batch_size, torch.Generator().manual_seed(0))  # check arguments now
 
     def stream() -> Iterator[LMBatch]:

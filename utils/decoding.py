@@ -30,9 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.checks import check_positive_int, check_token_ids, check_token_range
+from utils.checks import (
+    check_positive_float,
+    check_positive_int,
+    check_token_ids,
+    check_token_range,
+)
 from utils.masks import causal_mask
 from utils.model import Transformer
+from utils.vocab import PAD_ID
 
 __all__ = [
     "Scorer",
@@ -190,7 +196,7 @@ def _generate(
 
 
 def greedy_search(
-    scorer: Scorer, prefix: Tensor, max_len: int, eos_id: int | None, pad_id: int = 0
+    scorer: Scorer, prefix: Tensor, max_len: int, eos_id: int | None, pad_id: int = PAD_ID
 ) -> Tensor:
     """Pick the most probable next token until `<eos>` or `max_len`, for a whole batch.
 
@@ -218,7 +224,7 @@ def beam_search(
     beam_size: int,
     max_len: int,
     eos_id: int,
-    pad_id: int = 0,
+    pad_id: int = PAD_ID,
     alpha: float = 0.6,
     n_best: int = 1,
 ) -> list[list[Hypothesis]]:
@@ -237,7 +243,8 @@ def beam_search(
     """
     _check_prefix(prefix, max_len, scorer)
     check_positive_int("beam_size", beam_size)
-    if isinstance(n_best, bool) or not isinstance(n_best, int) or not 1 <= n_best <= beam_size:
+    check_positive_int("n_best", n_best)
+    if n_best > beam_size:
         raise ValueError(f"n_best must be an int in [1, beam_size={beam_size}], got {n_best!r}")
     if not isinstance(alpha, int | float) or isinstance(alpha, bool) or alpha < 0:
         raise ValueError(f"alpha must be a non-negative number, got {alpha!r}")
@@ -337,27 +344,25 @@ def sample(
     prefix: Tensor,
     max_len: int,
     eos_id: int | None = None,
-    pad_id: int = 0,
+    pad_id: int = PAD_ID,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    generator: torch.Generator | None = None,
+    rng: torch.Generator | None = None,
 ) -> Tensor:
     """Draw each next token from softmax(logits / temperature), optionally top-k / top-p
-    filtered; a fixed `generator` makes the draw reproducible. Batched; each sequence
-    stops at its own `<eos>` (if `eos_id` is given). Returns `(B, L)` like `greedy_search`,
-    whose loop it shares: only the choice of the next token differs.
+    filtered; a seeded random-number generator `rng` (a `torch.Generator`) makes the draws
+    reproducible. Batched; each sequence stops at its own `<eos>` (if `eos_id` is given).
+    Returns `(B, L)` like `greedy_search`, whose loop it shares: only the choice of the next
+    token differs.
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
-        temperature > 0
-    ):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    check_positive_float("temperature", temperature)
     filter_logits(torch.zeros(1, 2), top_k, top_p)  # validate the settings before any work
     _check_prefix(prefix, max_len, scorer)
 
     def draw(logits: Tensor) -> Tensor:
         probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        return torch.multinomial(probs, 1, generator=rng).squeeze(1)
 
     return _generate(scorer, prefix, max_len, eos_id, pad_id, draw)
 
