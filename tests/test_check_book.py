@@ -16,9 +16,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools import build_book
-from tools.book import REPO_URL
-from tools.check_book import BrowserMissing, check_site, expected_figures, find_chromium, main
+import build_book
+from book import REPO_URL
+from check_book import BrowserMissing, check_site, expected_figures, find_chromium, main
 
 MATHJAX = build_book.MATHJAX_ES5
 MATHJAX_CONFIG = {"tex": {"packages": ["base", "ams", "newcommand"], **build_book.TEX_OPTIONS}}
@@ -40,7 +40,7 @@ def chromium():
         path = None
     _needs("chromium", path is not None, "apt-get install chromium")
     _needs("mathjax-full", (MATHJAX / build_book.MATHJAX_BUNDLE).is_file(),
-           "npm ci --prefix tools/latex")
+           "npm ci --prefix tools/book/latex")
     return path
 
 

@@ -5,12 +5,11 @@ import sys
 
 import nbformat
 import pytest
-import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools.book import ROOT, notebook_paths, setup_cell
-from tools.check_notebooks import check_notebook, raw_float_reprs
-from tools.execute_notebooks import clean_metadata
+from book import ROOT, notebook_paths, setup_cell
+from check_notebooks import check_notebook, raw_float_reprs
+from execute_notebooks import clean_metadata
 
 
 def make_notebook(path, cells):
@@ -123,7 +122,7 @@ def run_nbval(path):
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
          "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-         str(ROOT / "tools" / "nbval_sanitize.cfg"), str(path)],
+         str(ROOT / "tools" / "book" / "nbval_sanitize.cfg"), str(path)],
         capture_output=True, text=True, cwd=path.parent, timeout=120,
     )
 
@@ -171,21 +170,21 @@ def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
     copy = tmp_path / "book"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "node_modules", ".venv"))
     url = "https://github.com/someone/my-fork"
-    run = subprocess.run([sys.executable, "tools/set_repo_url.py", url], cwd=copy,
+    run = subprocess.run([sys.executable, "tools/book/set_repo_url.py", url], cwd=copy,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    assert f'REPO_URL = "{url}"' in (copy / "tools" / "book.py").read_text()
+    assert f'REPO_URL = "{url}"' in (copy / "tools" / "book" / "book.py").read_text()
     assert "someone/my-fork/blob/main/notebooks" in (copy / "README.md").read_text()
-    check = subprocess.run([sys.executable, "tools/check_notebooks.py"], cwd=copy,
+    check = subprocess.run([sys.executable, "tools/book/check_notebooks.py"], cwd=copy,
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout  # every setup cell now has the new address
-    again = subprocess.run([sys.executable, "tools/set_repo_url.py", "not-a-url"], cwd=copy,
+    again = subprocess.run([sys.executable, "tools/book/set_repo_url.py", "not-a-url"], cwd=copy,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2
 
 
 def test_make_figures_writes_the_architecture_the_same_way_twice(tmp_path):
-    from tools.make_figures import make_figures
+    from make_figures import make_figures
 
     first, second = make_figures(tmp_path / "a"), make_figures(tmp_path / "b")
     assert [p.name for p in first] == ["transformer_architecture.png"]
@@ -194,7 +193,7 @@ def test_make_figures_writes_the_architecture_the_same_way_twice(tmp_path):
 
 
 def test_no_notebook_writes_a_figure_into_the_repository():
-    # Running a notebook must not change a tracked file: tools/make_figures.py writes figures.
+    # Running a notebook must not change a tracked file: tools/book/make_figures.py writes figures.
     writers = [
         f"{path.name}: cell {i}"
         for path in notebook_paths()
@@ -203,13 +202,3 @@ def test_no_notebook_writes_a_figure_into_the_repository():
     ]
     assert writers == []
 
-
-def test_bench_interleaves_in_alternating_order():
-    from tools.bench import interleaved
-
-    calls: list[str] = []
-    fns = [lambda: calls.append("a"), lambda: calls.append("b")]
-    medians = interleaved(fns, repeats=4, device=torch.device("cpu"))
-    assert len(medians) == 2 and all(m >= 0 for m in medians)
-    # one warm-up each, then a b, b a, a b, b a: each runs first as often as second
-    assert "".join(calls) == "ab" + "abbaabba"

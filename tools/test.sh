@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The book's test command (README, "Quickstart"): every check CI runs, in one go.
-#   1. ruff over utils/, tests/, tools/ and the notebooks;
+#   1. ruff (lint, then `ruff format --check`) over utils/, tests/, tools/ and the notebooks,
+#      and mypy over utils/ (its settings: pyproject.toml);
 #   2. notebook hygiene (clean top-to-bottom runs, the shared setup cell, no stray metadata);
 #   3. the LaTeX check: every formula typesets in MathJax 3 (installs mathjax-full via npm once);
 #   4. pytest over tests/ and nbval (strict) over every notebook, on 2 workers;
@@ -13,21 +14,23 @@ PY="${PYTHON:-python3}"  # the interpreter the requirements were installed into
 status=0
 step() { echo; echo "=== $1"; }
 
-step "ruff"
+step "ruff and mypy"
 "$PY" -m ruff check utils tests tools notebooks || status=1
+"$PY" -m ruff format --check utils tests tools notebooks || status=1
+"$PY" -m mypy || status=1
 
 step "notebook hygiene"
-"$PY" tools/check_notebooks.py || status=1
+"$PY" tools/book/check_notebooks.py || status=1
 
 step "LaTeX (MathJax 3)"
-if [ ! -d tools/latex/node_modules/mathjax-full ]; then
-    npm ci --prefix tools/latex --no-audit --no-fund --loglevel=error || status=1
+if [ ! -d tools/book/latex/node_modules/mathjax-full ]; then
+    npm ci --prefix tools/book/latex --no-audit --no-fund --loglevel=error || status=1
 fi
-"$PY" tools/check_latex.py || status=1
+"$PY" tools/book/check_latex.py || status=1
 
 step "pytest: unit tests and nbval over every notebook"
 "$PY" -m pytest -n 2 --dist loadscope tests notebooks \
-    --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg "$@" || status=1
+    --nbval --nbval-current-env --nbval-sanitize-with tools/book/nbval_sanitize.cfg "$@" || status=1
 
 step "HTML book: build and browser check"
 # Builds _build/html from the committed notebooks, then opens every page in Chromium
@@ -48,7 +51,7 @@ elif ! "$PY" -c "import sphinx, myst_nb, sphinx_book_theme, websocket" 2>/dev/nu
         echo "skipped: the book's packages are not installed (pip install -r requirements-book.txt)"
     fi
 else
-    { "$PY" tools/build_book.py && "$PY" tools/check_book.py; } || status=1
+    { "$PY" tools/book/build_book.py && "$PY" tools/book/check_book.py; } || status=1
 fi
 
 if [ "$status" -ne 0 ]; then

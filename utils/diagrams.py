@@ -6,6 +6,8 @@ the notebook that builds it, so the picture doubles as a map of the book.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -26,7 +28,7 @@ COLORS = {
 
 
 def _box(ax: Axes, x: float, y: float, w: float, h: float, text: str, color: str,
-         fontsize: float = 8.5, **kw: object) -> tuple[float, float, float, float]:
+         fontsize: float = 8.5, **kw: Any) -> tuple[float, float, float, float]:
     """Draw a rounded box centred at (x, y); return its (left, bottom, right, top)."""
     patch = FancyBboxPatch(
         (x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
@@ -69,7 +71,7 @@ def draw_transformer(ax: Axes | None = None, notebooks: bool = True) -> tuple[Fi
     if ax is None:
         fig, ax = plt.subplots(figsize=(8.0, 8.6))
     else:
-        fig = ax.figure
+        fig = cast(Figure, ax.figure)  # a SubFigure if ax lives in one: drawn on the same way
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 11.4)
     ax.set_aspect("equal")

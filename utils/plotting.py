@@ -13,6 +13,7 @@ returns the matplotlib figure and axes so a notebook can adjust them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -81,8 +82,8 @@ def _tick_step(n: int, max_ticks: int = 10) -> int:
 
 
 def _new_axes(ax: Axes | None, shape: tuple[int, int]) -> tuple[Figure, Axes]:
-    if ax is not None:
-        return ax.figure, ax
+    if ax is not None:  # (its figure is a SubFigure if it lives in one; drawn on the same way)
+        return cast(Figure, ax.figure), ax
     rows, cols = shape
     # Big enough for word labels, small enough for a notebook column.
     width = min(9.0, max(3.5, 0.45 * cols + 1.8))
@@ -225,7 +226,7 @@ def plot_positional_encoding(
     if ax is None:
         fig, ax = plt.subplots(figsize=(7.0, 4.0), layout="constrained")
     else:
-        fig = ax.figure
+        fig = cast(Figure, ax.figure)
     limit = float(np.abs(pe).max()) or 1.0
     sns.heatmap(
         pe,
@@ -366,7 +367,7 @@ def plot_history(
         `(figure, axes)`, `axes` an array of the two axes.
     """
     single = not isinstance(history, Mapping) or "step" in history
-    runs = {"": history} if single else dict(history)  # type: ignore[arg-type]
+    runs = {"": history} if single else dict(cast(Mapping[str, object], history))
     if not runs:
         raise ValueError("history is an empty dict; give a History or {label: History}")
     curves = {label: _history_curves(h, f"history {label!r}" if label else "history")

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python tools/build_book.py                  # builds _build/html
-    python tools/check_book.py [SITE_DIR]       # default: _build/html
+    python tools/book/build_book.py                  # builds _build/html
+    python tools/book/check_book.py [SITE_DIR]       # default: _build/html
 
 Each page is opened from disk (``file://``, as a reader who double-clicks ``index.html`` would)
 in Debian's ``chromium``, driven through the DevTools protocol. The check fails, naming the
@@ -43,7 +43,9 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+from check_latex import LatexToolMissing, check_notebooks  # beside this script
+
+ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 BROWSERS = ("chromium", "chromium-browser")
@@ -397,11 +399,6 @@ def expected_figures(notebook: Path) -> tuple[list[tuple[int, str, int]], int]:
 
 def notebook_formulas(notebook: Path) -> int | None:
     """Formulas in the notebook's markdown as the LaTeX check counts them (None: no Node)."""
-    sys.path.insert(0, str(ROOT))
-    try:
-        from tools.check_latex import LatexToolMissing, check_notebooks
-    finally:
-        sys.path.remove(str(ROOT))
     try:
         count, _ = check_notebooks([notebook])
     except LatexToolMissing:
@@ -568,7 +565,7 @@ def check_site(site: Path = SITE, *, browser: str | None = None,
     """
     site = site.resolve()
     if not (site / "index.html").is_file():
-        raise FileNotFoundError(f"no built site at {site} (run: python tools/build_book.py)")
+        raise FileNotFoundError(f"no built site at {site} (run: python tools/book/build_book.py)")
     executable = find_chromium(browser)
     report = Report()
     ids_of: dict[Path, set[str]] = {}

@@ -1,7 +1,7 @@
 """Write the book's tracked figures from the code that draws them.
 
-    python tools/make_figures.py              # into figures/
-    python tools/make_figures.py --out DIR    # into another folder
+    python tools/book/make_figures.py              # into figures/
+    python tools/book/make_figures.py --out DIR    # into another folder
 
 Notebooks never write into the repository (running one must not change a tracked file):
 notebook 00 draws the architecture on screen, and this command writes
@@ -13,17 +13,12 @@ with the same matplotlib gives the same bytes.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
 
-matplotlib.use("Agg")  # no display needed
-import matplotlib.pyplot as plt  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tools.book import ROOT  # noqa: E402
-from utils.diagrams import draw_transformer  # noqa: E402
+from book import ROOT  # tools/book/book.py, beside this script
+from utils.diagrams import draw_transformer
 
 FIGURES = ROOT / "figures"
 
@@ -43,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=FIGURES, help="default: figures/")
     args = parser.parse_args(argv)
+    plt.switch_backend("Agg")  # files only, no display needed
     for path in make_figures(args.out):
         print("wrote", path)
     return 0

@@ -1,7 +1,7 @@
 """Re-execute notebooks in place, top to bottom in a fresh kernel, reproducibly.
 
-    python tools/execute_notebooks.py                 # every notebook
-    python tools/execute_notebooks.py notebooks/03_*.ipynb
+    python tools/book/execute_notebooks.py                 # every notebook
+    python tools/book/execute_notebooks.py notebooks/03_*.ipynb
 
 Each notebook is run by nbclient in a new `python3` kernel started in `notebooks/`, with
 per-cell timing and widget state off and PYTHONHASHSEED fixed; then metadata that varies
@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tools.book import NOTEBOOKS, notebook_paths  # noqa: E402
+from book import NOTEBOOKS, notebook_paths
 
 # Metadata keys that record how or where a notebook ran rather than what it says.
 VOLATILE_NOTEBOOK_KEYS = ("widgets", "colab", "papermill", "execution", "toc", "vscode",

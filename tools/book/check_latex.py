@@ -2,14 +2,14 @@
 
 Jupyter (JupyterLab 4 / Notebook 7) and Google Colab render markdown maths with MathJax 3;
 a formula MathJax cannot parse shows up as a red error box or as raw TeX. This script sends
-every markdown cell to ``tools/latex/check_tex.mjs`` (one Node process for all of them),
+every markdown cell to ``tools/book/latex/check_tex.mjs`` (one Node process for all of them),
 which finds the maths with MathJax's own finder and compiles it with MathJax's TeX input jax
 (mathjax-full 3.2.2, the version JupyterLab 4 bundles).
 
 Usage::
 
-    npm ci --prefix tools/latex --no-audit --no-fund   # once
-    python tools/check_latex.py [notebook.ipynb ...]   # default: notebooks/*.ipynb
+    npm ci --prefix tools/book/latex --no-audit --no-fund   # once
+    python tools/book/check_latex.py [notebook.ipynb ...]   # default: notebooks/*.ipynb
 
 Exit status: 0 all formulas typeset, 1 some are broken, 2 Node or mathjax-full is missing.
 """
@@ -23,10 +23,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-LATEX_DIR = ROOT / "tools" / "latex"
+ROOT = Path(__file__).resolve().parents[2]
+LATEX_DIR = Path(__file__).resolve().parent / "latex"  # the node package beside this file
 SCRIPT = LATEX_DIR / "check_tex.mjs"
-INSTALL_HINT = "run: npm ci --prefix tools/latex --no-audit --no-fund"
+INSTALL_HINT = "run: npm ci --prefix tools/book/latex --no-audit --no-fund"
 
 
 class LatexToolMissing(RuntimeError):
@@ -74,7 +74,7 @@ def check_notebooks(paths: list[Path] | list[str]) -> tuple[int, list[Problem]]:
     if node is None:
         raise LatexToolMissing(f"Node.js ('node') is not on PATH; install Node 20, {INSTALL_HINT}")
     if not (LATEX_DIR / "node_modules" / "mathjax-full" / "package.json").is_file():
-        raise LatexToolMissing(f"mathjax-full is not installed in tools/latex; {INSTALL_HINT}")
+        raise LatexToolMissing(f"mathjax-full is not installed in tools/book/latex; {INSTALL_HINT}")
     result = subprocess.run(
         [node, str(SCRIPT)],
         input=json.dumps(cells),

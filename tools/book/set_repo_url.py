@@ -1,6 +1,6 @@
-"""Point the book at another repository (a fork): `python tools/set_repo_url.py URL`.
+"""Point the book at another repository (a fork): `python tools/book/set_repo_url.py URL`.
 
-Rewrites `REPO_URL` in `tools/book.py`, the setup cell of every notebook (where it is the
+Rewrites `REPO_URL` in `tools/book/book.py`, the setup cell of every notebook (where it is the
 address Colab clones) and the README's "Open in Colab" link. Outputs are untouched, so the
 notebooks need no re-execution. Fails, changing nothing, if any of those places does not
 hold the current address where it is expected.
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tools.book import REPO_URL, ROOT, notebook_paths, setup_cell  # noqa: E402
+from book import REPO_URL, ROOT, notebook_paths, setup_cell
 
 GITHUB = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+?)(\.git)?/?$")
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not GITHUB.match(argv[0]):
-        print("usage: python tools/set_repo_url.py https://github.com/OWNER/REPO", file=sys.stderr)
+        print("usage: python tools/book/set_repo_url.py https://github.com/OWNER/REPO",
+              file=sys.stderr)
         return 2
     new = argv[0].rstrip("/").removesuffix(".git")
     old_slug = "/".join(REPO_URL.split("/")[-2:])
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
 
     # Plan every rewrite first; write only if each place holds the current address.
     writes: dict[Path, str] = {}
-    book = ROOT / "tools" / "book.py"
+    book = ROOT / "tools" / "book" / "book.py"
     text = book.read_text(encoding="utf-8")
     writes[book] = text.replace(f'REPO_URL = "{REPO_URL}"', f'REPO_URL = "{new}"')
     notebooks = {}
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         setup_cells = [c for c in nb.cells if c.cell_type == "code" and c.source == setup_cell()]
         if len(setup_cells) != 1:
             print(f"{path.relative_to(ROOT)}: no setup cell with the current address "
-                  "(run tools/check_notebooks.py)", file=sys.stderr)
+                  "(run tools/book/check_notebooks.py)", file=sys.stderr)
             return 1
         setup_cells[0].source = setup_cell(new)
         notebooks[path] = nb
@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
         path.write_text(text, encoding="utf-8")
     for path, nb in notebooks.items():
         nbformat.write(nb, path)
-    print(f"repository URL set to {new} (was {REPO_URL}) in tools/book.py, README.md and "
+    print(f"repository URL set to {new} (was {REPO_URL}) in tools/book/book.py, README.md and "
           f"{len(notebooks)} notebooks")
     return 0
 

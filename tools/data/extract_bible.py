@@ -11,8 +11,8 @@ requirements):
 
     sudo apt-get install sword-text-sparv sword-text-kjv sword-text-web
     python3 -m venv /tmp/venv-data && /tmp/venv-data/bin/pip install pysword==0.2.8
-    /tmp/venv-data/bin/python tools/extract_bible.py --report        # writes the shipped file
-    /tmp/venv-data/bin/python tools/extract_bible.py --english web --report --out /tmp/web.tsv.gz
+    /tmp/venv-data/bin/python tools/data/extract_bible.py --report   # writes the shipped file
+    /tmp/venv-data/bin/python tools/data/extract_bible.py --english web --out /tmp/web.tsv.gz
 
 How a pair is made:
 1. Markup is stripped (`clean_osis`): notes, section headings and Strong's numbers go; the
@@ -44,7 +44,7 @@ import unicodedata
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SWORD = Path("/usr/share/sword")
 SPANISH = "spaRV1909eb"
 ENGLISH = {"kjv": "engKJV2006eb", "web": "engWEB2015eb"}

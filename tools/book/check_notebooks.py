@@ -1,10 +1,10 @@
 """Notebook hygiene: each notebook is as a clean "Restart & Run All" left it.
 
-    python tools/check_notebooks.py [notebooks...]
+    python tools/book/check_notebooks.py [notebooks...]
 
 Checks, naming the notebook and cell of each problem:
 - kernelspec `python3`;
-- the first code cell is the book's setup cell, character for character (`tools/book.py`);
+- the first code cell is the book's setup cell, character for character (`tools/book/book.py`);
 - code cells' execution counts are exactly 1..N, every code cell executed, none empty;
 - no Colab, timing, papermill or widget-state metadata;
 - error outputs only in cells tagged `raises-exception`;
@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tools.book import ROOT, notebook_paths, setup_cell  # noqa: E402
-from tools.execute_notebooks import (  # noqa: E402  (one list: what re-execution strips)
+from book import ROOT, notebook_paths, setup_cell
+from execute_notebooks import (  # one list: what re-execution strips
     VOLATILE_CELL_KEYS,
     VOLATILE_NOTEBOOK_KEYS,
 )
@@ -78,7 +76,7 @@ def check_notebook(path: Path) -> list[str]:
     name = meta.get("kernelspec", {}).get("name")
     if name != "python3":
         problems.append(f"{rel}: kernelspec name is {name!r}, expected 'python3'")
-    problems += [f"{rel}: notebook metadata has {key!r} (run tools/execute_notebooks.py)"
+    problems += [f"{rel}: notebook metadata has {key!r} (run tools/book/execute_notebooks.py)"
                  for key in VOLATILE_NOTEBOOK_KEYS if key in meta]
 
     code_cells = [(i, c) for i, c in enumerate(nb["cells"])
@@ -89,14 +87,14 @@ def check_notebook(path: Path) -> list[str]:
     first_index, first = code_cells[0]
     if "".join(first.get("source", "")) != setup_cell():
         problems.append(f"{rel}: cell {first_index}: the first code cell is not the book's setup "
-                        "cell (copy it from tools/book.py)")
+                        "cell (copy it from tools/book/book.py)")
     empty = {i for i, c in code_cells if not "".join(c.get("source", "")).strip()}
     problems += [f"{rel}: cell {i}: empty code cell (delete it)" for i in sorted(empty)]
     code_cells = [(i, c) for i, c in code_cells if i not in empty]  # never executed
     counts = [c.get("execution_count") for _, c in code_cells]
     if counts != list(range(1, len(code_cells) + 1)):
         problems.append(f"{rel}: execution counts are {counts}, expected 1..{len(code_cells)} "
-                        "(a clean top-to-bottom run: tools/execute_notebooks.py)")
+                        "(a clean top-to-bottom run: tools/book/execute_notebooks.py)")
     for i, cell in code_cells:
         problems += [f"{rel}: cell {i}: metadata has {key!r}"
                      for key in VOLATILE_CELL_KEYS if key in cell.get("metadata", {})]

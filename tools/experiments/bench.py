@@ -1,8 +1,8 @@
 """Where the book's code stands against PyTorch's own, measured (issue: Part V).
 
-    python tools/bench.py                 # CPU, one thread (as the notebooks run)
-    python tools/bench.py --device cuda   # a GPU, with bf16 autocast for the training step
-    python tools/bench.py --quick         # fewer repetitions, for a smoke run
+    python tools/experiments/bench.py                # CPU, one thread (as the notebooks run)
+    python tools/experiments/bench.py --device cuda  # a GPU, bf16 autocast for the training step
+    python tools/experiments/bench.py --quick        # fewer repetitions, for a smoke run
 
 Three tables, each the median of interleaved repetitions (ours and theirs alternate, so a
 machine that slows down mid-run slows both):
@@ -24,51 +24,15 @@ import argparse
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
-
-from utils.attention import scaled_dot_product_attention  # noqa: E402
-from utils.decoding import translate  # noqa: E402
-from utils.model import Transformer, TransformerConfig  # noqa: E402
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def interleaved(fns: list[Callable[[], None]], repeats: int, device: torch.device) -> list[float]:
-    """Median seconds of each function, run in turn `repeats` times after one warm-up.
-
-    The order alternates (A B, B A, A B, ...): each function runs after the other as often
-    as before it, so neither always inherits the other's leftover memory (on Linux, freshly
-    allocated memory costs page faults, a few percent of a step at d_model 512).
-    On the CPU the clock is this process's CPU time (`time.process_time`; torch runs on one
-    thread), so other programs competing for the cores do not inflate one side's numbers;
-    on a GPU it is wall-clock time around a synchronisation.
-    """
-    clock = time.process_time if device.type == "cpu" else time.perf_counter
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for rep in range(repeats):
-        order = list(enumerate(fns))
-        for i, fn in order if rep % 2 == 0 else order[::-1]:
-            sync(device)
-            start = clock()
-            fn()
-            sync(device)
-            times[i].append(clock() - start)
-    return [statistics.median(t) for t in times]
+from utils.attention import scaled_dot_product_attention
+from utils.decoding import translate
+from utils.measure import interleaved, peak_cpu_bytes
+from utils.model import Transformer, TransformerConfig
 
 
 def training_step_ratio(
@@ -179,23 +143,6 @@ def attention_cost(
     return times[0], times[1], peaks[0], peaks[1]
 
 
-def peak_cpu_bytes(prof: torch.profiler.profile) -> int:
-    """Peak of the running sum of CPU allocations the profiler saw (bytes).
-
-    Each event counts only its *own* allocations and frees (`self_cpu_memory_usage`): an
-    operation's total (`cpu_memory_usage`) includes those of the operations it calls, and
-    summing totals would count them twice.
-    """
-    events = sorted(
-        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
-    )
-    current = peak = 0
-    for e in events:
-        current += e.self_cpu_memory_usage
-        peak = max(peak, current)
-    return peak
-
-
 def step_in_fresh_process(
     d_model: int, n_layers: int, device: torch.device, repeats: int
 ) -> tuple[float, float]:
@@ -216,6 +163,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument(
+        "--sizes", nargs="+", metavar="D_MODEL,N",
+        help="training-step sizes (default: 128,2 512,2, and 512,6 on cuda)",
+    )
+    parser.add_argument(
+        "--tables", default="123", help="which tables to print, e.g. 1 for the training step only"
+    )
     parser.add_argument("--one-step", help=argparse.SUPPRESS)  # d_model,N,repeats: internal
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -231,12 +185,27 @@ def main() -> None:
     rounds = 1 if args.quick else 3
     print(f"device: {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
 
-    print("\n1. Training step (fwd + bwd + Adam), batch 32 x 64 tokens, N = 2 (+ base if cuda)")
+    if args.sizes:
+        sizes = [(int(d), int(n)) for d, n in (size.split(",") for size in args.sizes)]
+    else:
+        sizes = [(128, 2), (512, 2)] + ([(512, 6)] if device.type == "cuda" else [])
+    if "1" in args.tables:
+        training_table(sizes, device, repeats, rounds)
+    if "2" in args.tables:
+        decoding_table(device, repeats)
+    if "3" in args.tables:
+        attention_table(device, repeats)
+
+
+def training_table(
+    sizes: list[tuple[int, int]], device: torch.device, repeats: int, rounds: int
+) -> None:
+    """Table 1: ours against nn.Transformer, each size in `rounds` fresh processes."""
+    print("\n1. Training step (fwd + bwd + Adam), batch 32 x 64 tokens (64 x 64 at N = 6)")
     print(f"   {rounds} fresh process(es) x {repeats} interleaved repetitions each; ms and ratio:")
     print("   the median over processes, range: the lowest and highest process's ratio")
     print(f"{'d_model':>8} {'N':>3} {'ours ms':>9} {'nn.Transformer ms':>18} {'ratio':>7} "
           f"{'range':>12}")
-    sizes = [(128, 2), (512, 2)] + ([(512, 6)] if device.type == "cuda" else [])
     for d_model, n_layers in sizes:
         runs = [step_in_fresh_process(d_model, n_layers, device, repeats) for _ in range(rounds)]
         ratios = [t_theirs / t_ours for t_ours, t_theirs in runs]
@@ -247,12 +216,18 @@ def main() -> None:
             f"{statistics.median(ratios):>6.2f}x {min(ratios):>5.2f}-{max(ratios):.2f}x"
         )
 
+
+def decoding_table(device: torch.device, repeats: int) -> None:
+    """Table 2: greedy decoding with and without the key/value cache."""
     print("\n2. Greedy decoding, 32 sentences x 64 new tokens")
     print(f"{'d_model':>8} {'cached tok/s':>13} {'recompute tok/s':>16} {'speed-up':>9}")
     for d_model in (128, 512):
         cached, full = decoding_speed(d_model, device, max(1, repeats // 3))
         print(f"{d_model:>8} {cached:>13.0f} {full:>16.0f} {cached / full:>8.1f}x")
 
+
+def attention_table(device: torch.device, repeats: int) -> None:
+    """Table 3: naive against fused attention, time and peak CPU memory."""
     print("\n3. Attention (1 x 8 heads x n x 64), naive vs fused")
     print(f"{'n':>6} {'naive ms':>9} {'fused ms':>9} {'naive MiB':>10} {'fused MiB':>10}")
     for length in (256, 1024, 2048):
