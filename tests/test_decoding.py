@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
@@ -187,6 +188,71 @@ def test_beam_score_is_the_recomputed_log_probability() -> None:
             assert abs(hyp.logprob - recomputed) < 1e-4
             assert abs(hyp.score - recomputed / length_penalty(len(hyp.tokens), 0.6)) < 1e-4
         assert best[0].score >= best[1].score
+
+
+def test_length_penalty_is_gnmts_formula() -> None:
+    # lp(Y) = ((5 + |Y|) / 6)^alpha, computed by hand: (9 / 6)^0.6 = 1.5^0.6 = 1.27542...
+    # (a 5 in the denominator would give 1.8^0.6 = 1.42286; rankings would not change, but
+    # every reported score would)
+    assert length_penalty(4, 0.6) == pytest.approx(1.2754245, abs=1e-7)
+    assert length_penalty(1, 0.6) == 1.0  # one token: no penalty, whatever alpha
+    assert length_penalty(7, 0.0) == 1.0
+
+
+TINY = 1e-12  # <pad>, <bos> and unwanted tokens: probability about 0
+
+
+class StepScorer:
+    """Next-token probabilities that depend only on the step: `steps[i]` for generated token
+    i + 1 (the last one repeats), over the vocabulary <pad>, <bos>, <eos>, a = 3, b = 4."""
+
+    max_positions = 100
+
+    def __init__(self, steps: list[list[float]]) -> None:
+        self.steps, self.calls = steps, 0
+
+    def next_logits(self, prefix: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        probs = self.steps[min(prefix.shape[1] - 1, len(self.steps) - 1)]
+        return torch.tensor(probs).log().expand(prefix.shape[0], -1)
+
+    def reorder(self, index: torch.Tensor) -> None:
+        pass
+
+
+def test_beam_search_reports_gnmt_scores_and_stops_as_soon_as_the_bound_allows() -> None:
+    # After step 3, "a a <eos>" is finished: logprob L = 2 log 0.9 + log 0.6 = -0.7215, score
+    # L / ((5 + 3) / 6)^0.6 = -0.6071. The best live hypothesis "a a a" has logprob
+    # 2 log 0.9 + log 0.3 = -1.4147; with 16 tokens allowed, the best it can reach is
+    # -1.4147 / ((5 + 16) / 6)^0.6 = -0.6672 < -0.6071, so the search stops after 3 scorer
+    # calls. A stopping test that compared the bound with the finished hypothesis's raw
+    # log-probability (-0.7215) would go on, and return the same result later.
+    a_twice = [TINY, TINY, TINY, 0.9, 0.1]
+    scorer = StepScorer([a_twice, a_twice, [TINY, TINY, 0.6, 0.3, 0.1]])
+    [[best]] = beam_search(scorer, bos(1), beam_size=2, max_len=1 + 16, eos_id=EOS, alpha=0.6)
+    assert best.tokens == [3, 3, EOS]
+    logprob = 2 * math.log(0.9) + math.log(0.6)
+    assert best.logprob == pytest.approx(logprob, abs=1e-5)
+    assert best.score == pytest.approx(logprob / 1.1884016, abs=1e-5)  # (8 / 6)^0.6 by hand
+    assert scorer.calls == 3
+
+
+def test_beam_search_stops_on_the_best_score_not_the_best_log_probability() -> None:
+    # Two finished hypotheses rank differently by log-probability and by score:
+    # "a <eos>" (step 2): L = log 0.95 + log 0.3873 = -1.000, score -1.000 / 1.0970 = -0.912;
+    # "a a a <eos>" (step 4): L = -1.080, score -1.080 / 1.2754 = -0.847, the best score.
+    # After step 4 the best live hypothesis "a a a a" (L = -1.817) can reach at best
+    # -1.817 / 2.1205 = -0.857: below the best score, above the other. The search stops there
+    # (4 scorer calls) only if its stopping test ranks the finished hypotheses by score.
+    a_likely = [TINY, TINY, TINY, 0.95, 0.05]
+    steps = [a_likely, [TINY, TINY, 0.3873, 0.6, 0.0127], a_likely,
+             [TINY, TINY, 0.627, 0.3, 0.073]]
+    scorer = StepScorer(steps)
+    [[best]] = beam_search(scorer, bos(1), beam_size=2, max_len=1 + 16, eos_id=EOS)
+    assert best.tokens == [3, 3, 3, EOS]
+    short = math.log(0.95) + math.log(0.3873)  # "a <eos>"
+    assert best.logprob < short and best.score > short / length_penalty(2, 0.6)
+    assert scorer.calls == 4
 
 
 def test_wide_beam_finds_the_exhaustive_optimum() -> None:
