@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from utils.data import LMBatch, make_batch, synthetic_pairs, task_batches
+from utils.data import LMBatch, make_batch, synthetic_pairs
 from utils.model import Transformer, TransformerConfig
 from utils.training import (
     History,
@@ -21,7 +21,6 @@ from utils.training import (
     lm_loss,
     noam_lr,
     paper_adam,
-    run_parallel,
     seq2seq_loss,
     smoothed_targets,
     train,
@@ -318,51 +317,6 @@ def test_tiny_transformer_overfits_one_batch():
     assert history.step == list(range(10, 101, 10)) and history.stop_reason == "steps"
     assert all(t > 0 for t in history.tokens_per_s)
     assert history.elapsed_s == sorted(history.elapsed_s)
-
-
-def test_run_parallel_gives_the_serial_results_in_job_order():
-    def job(task: str, seed: int):
-        torch.manual_seed(seed)
-        model = tiny_transformer()  # built before the threads start: the global generator
-
-        def run() -> tuple[str, torch.Tensor]:
-            optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-            train(model, task_batches(task, 16, 12, 1, 5, seed=seed), seq2seq_loss(0.0),
-                  optimizer, steps=15, log_every=5, progress=False, device="cpu")
-            return task, torch.cat([p.detach().flatten() for p in model.parameters()])
-
-        return run
-
-    specs = [("copy", 0), ("reverse", 1), ("copy", 2)]
-    serial = [job(*spec)() for spec in specs]
-    parallel = run_parallel([job(*spec) for spec in specs], workers=2)
-    assert [task for task, _ in parallel] == [task for task, _ in serial]  # the jobs' order
-    for (_, a), (_, b) in zip(serial, parallel, strict=True):
-        assert torch.equal(a, b)  # bit for bit: each run computed as if alone
-
-
-def test_run_parallel_orders_results_by_job_not_by_finishing_time():
-    def sleeper(seconds: float, value: int):
-        return lambda: (time.sleep(seconds), value)[1]
-
-    assert run_parallel([sleeper(0.2, 0), sleeper(0.0, 1), sleeper(0.1, 2)], workers=3) == [0, 1, 2]
-
-
-def test_run_parallel_raises_job_errors_warns_on_shared_randomness_and_checks_input():
-    def boom() -> None:
-        raise KeyError("inside a job")
-
-    with pytest.raises(KeyError, match="inside a job"):
-        run_parallel([lambda: 1, boom], workers=2)
-    with pytest.warns(RuntimeWarning, match="global random generator"):
-        run_parallel([lambda: torch.rand(1), lambda: 2], workers=2)
-    with pytest.raises(ValueError, match="at least one job"):
-        run_parallel([])
-    with pytest.raises(ValueError, match="functions of no arguments, job 1"):
-        run_parallel([lambda: 1, 2])
-    for bad in (0, -1, 1.5, True):
-        with pytest.raises(ValueError, match="workers must be a positive int"):
-            run_parallel([lambda: 1, lambda: 2], workers=bad)
 
 
 class Counter(nn.Module):
