@@ -429,6 +429,90 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+class _LogWindow:
+    """What `train` accumulates between two log entries.
+
+    The summed loss stays on the device, so adding a step's loss never waits for the device;
+    `close` reads it once, the loop's one host-device sync per log entry. Time spent in
+    `eval_fn` is kept apart, so tokens/s measure training alone.
+    """
+
+    def __init__(self, device: torch.device, opened: float) -> None:
+        self.device = device
+        self.reopen(opened)
+
+    def reopen(self, now: float) -> None:
+        self.loss_sum = torch.zeros((), device=self.device)
+        self.steps = self.tokens = 0
+        self.opened, self.eval_s = now, 0.0
+
+    def add(self, loss: Tensor, tokens: int) -> None:
+        self.loss_sum = self.loss_sum + loss.detach().float()
+        self.steps += 1
+        self.tokens += tokens
+
+    def close(self, history: History, step: int, lr: float, started: float) -> float:
+        """Append the window's mean loss, lr, tokens/s and time to `history`; reopen it."""
+        mean = self.loss_sum.item() / self.steps
+        now = time.perf_counter()
+        train_s = max(now - self.opened - self.eval_s, 1e-9)
+        history.step.append(step)
+        history.loss.append(mean)
+        history.lr.append(lr)
+        history.tokens_per_s.append(self.tokens / train_s)
+        history.elapsed_s.append(now - started)
+        self.reopen(now)
+        return mean
+
+
+def _evaluate(
+    model: nn.Module, eval_fn: Callable[[nn.Module, int], dict], step: int, history: History
+) -> float:
+    """`eval_fn(model, step)` in eval mode without gradients, recorded in `history.evals`;
+    the model goes back to training mode. Returns the seconds it took."""
+    start = time.perf_counter()
+    model.eval()
+    with torch.no_grad():
+        result = eval_fn(model, step)
+    model.train()
+    if not isinstance(result, Mapping):
+        raise ValueError(f"eval_fn must return a dict, got {type(result).__name__}")
+    history.evals.append({"step": step, **result})
+    return time.perf_counter() - start
+
+
+def _check_train_args(
+    model: object,
+    loss_fn: object,
+    optimizer: object,
+    steps: object,
+    clip_norm: object,
+    max_seconds: object,
+    log_every: object,
+    eval_fn: object,
+    eval_every: object,
+) -> None:
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    if not callable(loss_fn):
+        raise ValueError(f"loss_fn must be callable (model, batch) -> loss, got {loss_fn!r}")
+    check_positive_int("steps", steps)
+    check_positive_int("log_every", log_every)
+    if clip_norm is not None:
+        check_positive_float("clip_norm", clip_norm)
+    if max_seconds is not None:
+        check_positive_float("max_seconds", max_seconds)
+    check_optional_positive_int("eval_every", eval_every)
+    if eval_every is not None and eval_fn is None:
+        raise ValueError("eval_every is set but eval_fn is None; give both or neither")
+    if eval_fn is not None and not callable(eval_fn):
+        raise ValueError(f"eval_fn must be callable (model, step) -> dict, got {eval_fn!r}")
+
+
 def train(
     model: nn.Module,
     batches: Iterator[Any],
@@ -470,71 +554,22 @@ def train(
     with the running loss; `progress=False` hides it. If the loss becomes inf or NaN the loop
     stops at the next log step (`stop_reason="nonfinite"`).
     """
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError(
-            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
-    if not callable(loss_fn):
-        raise ValueError(f"loss_fn must be callable (model, batch) -> loss, got {loss_fn!r}")
-    check_positive_int("steps", steps)
-    check_positive_int("log_every", log_every)
-    if clip_norm is not None:
-        check_positive_float("clip_norm", clip_norm)
-    if max_seconds is not None:
-        check_positive_float("max_seconds", max_seconds)
-    check_optional_positive_int("eval_every", eval_every)
-    if eval_every is not None and eval_fn is None:
-        raise ValueError("eval_every is set but eval_fn is None; give both or neither")
-    if eval_fn is not None and not callable(eval_fn):
-        raise ValueError(f"eval_fn must be callable (model, step) -> dict, got {eval_fn!r}")
+    _check_train_args(model, loss_fn, optimizer, steps, clip_norm, max_seconds, log_every,
+                      eval_fn, eval_every)
     device = get_device() if device is None else torch.device(device)
     if not hasattr(batches, "__next__"):
         batches = iter(batches)
-
     was_training = model.training
     model.to(device)
     model.train()
-    history = History()
     params = [p for group in optimizer.param_groups for p in group["params"]]
-
     bar = tqdm(total=steps, disable=not progress, file=sys.stderr, ncols=90, mininterval=0.5,
                desc="train", unit="step")
-    clock = {"start": time.perf_counter(), "last_log": time.perf_counter(), "eval": 0.0}
-    running = torch.zeros((), device=device)  # summed on the device: no sync per step
-    n_running = tokens = step = 0
+    history = History(stop_reason="steps")
+    started = time.perf_counter()
+    window = _LogWindow(device, opened=started)
+    step = 0
     lr = float(optimizer.param_groups[0]["lr"])
-
-    def log() -> float:
-        """Append the mean loss since the last log step; the loop's one host-device sync."""
-        nonlocal running, n_running, tokens
-        mean = running.item() / n_running
-        now = time.perf_counter()
-        train_time = max(now - clock["last_log"] - clock["eval"], 1e-9)
-        history.step.append(step)
-        history.loss.append(mean)
-        history.lr.append(lr)
-        history.tokens_per_s.append(tokens / train_time)
-        history.elapsed_s.append(now - clock["start"])
-        bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.2e}", refresh=False)
-        running = torch.zeros((), device=device)
-        n_running = tokens = 0
-        clock["last_log"], clock["eval"] = now, 0.0
-        return mean
-
-    def evaluate() -> None:
-        t0 = time.perf_counter()
-        model.eval()
-        with torch.no_grad():
-            result = eval_fn(model, step)  # type: ignore[misc]
-        model.train()
-        if not isinstance(result, Mapping):
-            raise ValueError(f"eval_fn must return a dict, got {type(result).__name__}")
-        history.evals.append({"step": step, **result})
-        clock["eval"] += time.perf_counter() - t0  # not counted as training time
-
-    history.stop_reason = "steps"
     try:
         while step < steps:
             try:
@@ -543,11 +578,11 @@ def train(
                 history.stop_reason = "data"
                 break
             step += 1
-            tokens += _batch_tokens(batch)
-            batch = _to_device(batch, device)
-            loss = loss_fn(model, batch)
+            n_tokens = _batch_tokens(batch)  # counted on the CPU, before the move
+            loss = loss_fn(model, _to_device(batch, device))
             if not isinstance(loss, Tensor) or loss.dim() != 0:
                 raise ValueError(f"loss_fn must return a scalar tensor, got {loss!r}")
+            # the step itself
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if clip_norm is not None:
@@ -556,27 +591,27 @@ def train(
             optimizer.step()
             if scheduler is not None:
                 scheduler.step()
-            running = running + loss.detach().float()
-            n_running += 1
+            # bookkeeping: log, evaluate, stop
+            window.add(loss, n_tokens)
             bar.update(1)
-            out_of_time = (
-                max_seconds is not None and time.perf_counter() - clock["start"] > max_seconds
-            )
+            out_of_time = max_seconds is not None and time.perf_counter() - started > max_seconds
             if step % log_every == 0 or step == steps or out_of_time:
-                if not math.isfinite(log()):
+                mean = window.close(history, step, lr, started)
+                bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.2e}", refresh=False)
+                if not math.isfinite(mean):
                     history.stop_reason = "nonfinite"
                     break
             if eval_every is not None and step % eval_every == 0:
-                evaluate()
+                window.eval_s += _evaluate(model, eval_fn, step, history)  # type: ignore[arg-type]
             if out_of_time:
                 history.stop_reason = "time"
                 break
-        if n_running:  # the iterator ran out between log steps
-            log()
+        if window.steps:  # the iterator ran out between log steps
+            window.close(history, step, lr, started)
         if eval_fn is not None and step > 0 and (
             not history.evals or history.evals[-1]["step"] != step
         ):
-            evaluate()  # always after the last step
+            _evaluate(model, eval_fn, step, history)  # always after the last step
     finally:
         bar.close()
         model.train(was_training)
