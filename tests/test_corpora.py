@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from tools.extract_bible import clean_osis, soften_opening_capitals
-from tools.extract_shakespeare import convert_play, to_text
+from extract_bible import clean_osis, soften_opening_capitals  # tools/data is on pytest's path
+from extract_shakespeare import convert_play, to_text
 from utils.corpora import VersePair, load_parallel_verses, load_shakespeare
 
 

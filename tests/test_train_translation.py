@@ -6,8 +6,8 @@ the tool imports them (a re-typed copy could drift from notebook 12) and that `-
 
 import pytest
 
+import train_translation as tool  # tools/experiments is on pytest's path (pyproject.toml)
 import utils.translation
-from tools.experiments import train_translation as tool
 
 
 def test_tool_uses_the_recipe_of_utils_translation():

