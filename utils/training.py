@@ -228,8 +228,7 @@ def label_smoothing_loss(
         smoothing: eps in [0, 1); 0 gives the plain cross-entropy.
         pad_id: positions whose target is `pad_id` are ignored; `None`: none are.
         convention: `"uniform"` (= `F.cross_entropy(..., label_smoothing=eps,
-            ignore_index=pad_id)`), `"t2t"` (tensor2tensor's and fairseq's, the one the
-            paper's models were trained with) or `"annotated"` (see the module docstring).
+            ignore_index=pad_id)`), `"t2t"` or `"annotated"` (see the module docstring).
         reduction: `"mean"` over non-pad positions (0 if there are none), `"sum"`, or
             `"none"` (shape `(...)`, 0 at pad positions).
 
