@@ -134,6 +134,18 @@ FAULTS = {
         ["JavaScript error: TypeError: window.noSuchFunction is not a function",
          "JavaScript logged an error: planted failure"],
     ),
+    "wide_code": (  # cells 2 and 3 need a sideways scroll; the folded cell 0 does not count
+        "<style>pre { overflow-x: auto; width: 300px; font: 12px monospace; }</style>"
+        '<div class="cell"><details><summary>Show code cell source</summary>'
+        '<div class="cell_input"><pre>' + "f" * 200 + "</pre></div></details></div>"
+        '<div class="cell"><div class="cell_input"><pre>short = 1</pre></div></div>'
+        '<div class="cell"><div class="cell_input"><pre>wide = "' + "x" * 100 + '"</pre></div>'
+        "</div>"
+        '<div class="cell"><div class="cell_input"><pre>show()</pre></div>'
+        '<div class="cell_output"><pre>' + "y " * 100 + "</pre></div></div>",
+        ["code cell 2 ('wide = ", "code cell 3 ('show()'), output"],
+        ["needs horizontal scrolling in a 1280 px window", "needs horizontal scrolling"],
+    ),
     "external": (
         '<p>Hi</p><script src="http://127.0.0.1:9/tex-chtml.js"></script>',
         ["request to http://127.0.0.1:9/tex-chtml.js"],
@@ -194,6 +206,11 @@ def test_each_planted_fault_is_named_by_page_and_element(report, name):
             + "\n".join(map(str, found)))
 
 
+def test_only_the_wide_cells_are_reported(report):
+    wide = [p.element for p in report.problems if p.page == "wide_code.html"]
+    assert len(wide) == 2 and not any("cell 0" in e or "cell 1" in e for e in wide), wide
+
+
 def test_the_faults_stay_on_their_pages(report):
     assert {p.page for p in report.problems} == {f"{n}.html" for n in FAULTS}
 
@@ -223,13 +240,13 @@ def test_missing_browser_exits_2(tmp_path, capsys):
 
 
 def test_landing_page_points_links_outside_the_site_to_the_repository():
-    readme = ("# T\n\nSee [utils](utils/) and [a tool](tools/book.py), "
+    readme = ("# T\n\nSee [utils](utils/) and [a tool](tools/book/book.py), "
               "[nb](notebooks/00_x.ipynb), [web](https://x.org) and ![f](figures/a.png).\n\n"
               "## Quickstart\n\nnot on the landing page\n")
     text = build_book._landing_page(readme, {"notebooks/00_x.ipynb", "figures/a.png"},
                                     ["notebooks/00_x"])
     assert f"[utils]({REPO_URL}/tree/main/utils)" in text
-    assert f"[a tool]({REPO_URL}/blob/main/tools/book.py)" in text
+    assert f"[a tool]({REPO_URL}/blob/main/tools/book/book.py)" in text
     assert "[nb](notebooks/00_x.ipynb)" in text and "![f](figures/a.png)" in text
     assert "[web](https://x.org)" in text
     assert "not on the landing page" not in text

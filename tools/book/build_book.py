@@ -45,6 +45,38 @@ DOCTREES = BUILD / "doctrees"
 MATHJAX_ES5 = LATEX_DIR / "node_modules" / "mathjax-full" / "es5"
 MATHJAX_BUNDLE = "tex-chtml-full.js"  # TeX input, CommonHTML output, as Jupyter renders
 COLAB_URL = "https://colab.research.google.com"
+SETUP_PROMPT_SHOW = "Setup cell, the same in every notebook (show)"
+SETUP_PROMPT_HIDE = "Hide the setup cell"
+# The text column of sphinx-book-theme is about 670 px wide in a 1280 px window: a code line
+# of the book's limit (100 characters, ruff's line-length) needs about 870 px at the theme's
+# code size. Narrower sidebars and padding, and code a little smaller than the prose, let it
+# fit in a 1280 px window with both sidebars shown; tools/book/check_book.py fails on any
+# code cell that still needs horizontal scrolling. Outputs wrap instead of scrolling: a
+# printed line may be longer than a line of code (a sentence, a traceback).
+BOOK_CSS = """\
+:root {
+  --pst-sidebar-secondary: 11rem;
+}
+@media (min-width: 960px) {
+  .bd-page-width { max-width: 100%; }
+  .bd-sidebar-primary { width: 14rem; }
+}
+@media (min-width: 1200px) {
+  .bd-main .bd-content .bd-article-container { max-width: calc(100% - 11rem); }
+}
+.bd-main .bd-content .bd-article-container .bd-article {
+  padding-left: 0.75rem;
+  padding-right: 0.75rem;
+}
+div.cell div.highlight pre {
+  font-size: 0.78rem;
+}
+div.cell .cell_output pre {
+  font-size: 0.78rem;
+  white-space: pre-wrap;
+  overflow-wrap: anywhere;
+}
+"""
 TITLE = "Attention, derived"
 
 # The delimiters and options of the LaTeX check (tools/book/latex/check_tex.mjs, FIND_OPTIONS),
@@ -180,6 +212,12 @@ def _markdown_cells(path: Path) -> list[str]:
     return ["".join(s) if isinstance(s, list) else s for s in sources]
 
 
+def write_css() -> None:
+    """The book's own style sheet, `_static/book.css` in the staged sources."""
+    (SRC / "_static").mkdir(parents=True, exist_ok=True)
+    (SRC / "_static" / "book.css").write_text(BOOK_CSS, encoding="utf-8")
+
+
 def stage() -> tuple[list[str], set[str]]:
     """Lay out the sources in _build/src as the repository lays them out.
 
@@ -213,19 +251,29 @@ def stage() -> tuple[list[str], set[str]]:
     docs = [f"notebooks/{p.stem}" for p in paths]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     (SRC / "index.md").write_text(_landing_page(readme, staged, docs), encoding="utf-8")
+    write_css()
     return docs, staged
 
 
 def _relink_notebook(staged: set[str]):
-    """A Sphinx ``source-read`` handler: `relink` in each notebook's markdown cells.
+    """A Sphinx ``source-read`` handler: `relink` in each notebook's markdown cells, and the
+    setup cell (the first code cell) folded to a one-line toggle.
 
     Only what Sphinx parses changes; the ``.ipynb`` offered for download is the notebook as
-    committed.
+    committed. The fold is myst-nb's ``hide-input`` tag, added here rather than in the
+    notebooks: Jupyter ignores it, so it would be metadata that only the web edition reads,
+    and the 15 setup cells would have to carry it in step with `book.setup_cell`.
     """
     def handler(app, docname: str, source: list[str]) -> None:
         if not docname.startswith("notebooks/"):
             return
         nb = json.loads(source[0])
+        setup = next((c for c in nb.get("cells", []) if c.get("cell_type") == "code"), None)
+        if setup is not None:
+            metadata = setup.setdefault("metadata", {})
+            metadata["tags"] = [*metadata.get("tags", []), "hide-input"]
+            metadata["mystnb"] = {"code_prompt_show": SETUP_PROMPT_SHOW,
+                                  "code_prompt_hide": SETUP_PROMPT_HIDE}
         for cell in nb.get("cells", []):
             if cell.get("cell_type") == "markdown":
                 text = cell.get("source", "")
@@ -271,6 +319,8 @@ def sphinx_config(packages: list[str]) -> dict:
         "html_theme": "sphinx_book_theme",
         "html_title": TITLE,
         "html_copy_source": True,
+        "html_static_path": ["_static"],
+        "html_css_files": ["book.css"],
         "html_sourcelink_suffix": "",  # _sources/notebooks/NN_x.ipynb is the notebook itself
         "html_last_updated_fmt": None,
         # Light by default (the figures have white backgrounds); the reader can switch. Left

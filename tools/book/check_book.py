@@ -232,7 +232,8 @@ class DevTools:
 PAGE_SCRIPT = r"""
 (async () => {
   const out = {mathjax: null, merrors: [], rawTex: [], images: [], cells: [], links: [],
-               ids: [], formulas: 0, displayFormulas: [], figureCount: 0, mathElements: 0};
+               ids: [], formulas: 0, displayFormulas: [], figureCount: 0, mathElements: 0,
+               scrolls: []};
   const root = document.querySelector('article') || document.querySelector('main')
                || document.body;
   const section = (el) => {
@@ -330,6 +331,25 @@ PAGE_SCRIPT = r"""
     out.cells.push({images: cell.querySelectorAll('.cell_output img, .output img').length,
                     source: source ? snippet(source.textContent, 60) : ''});
   }
+
+  // Code cells a reader must scroll sideways: any box in a cell (the code's <pre>, an
+  // output's <pre>, a table) whose content is wider than the box. Collapsed (hidden) inputs
+  // have no width and never count.
+  [...root.querySelectorAll('div.cell')].forEach((cell, index) => {
+    for (const el of cell.querySelectorAll('*')) {
+      if (!el.checkVisibility()) continue;  // inside a folded cell: nothing to scroll
+      const overflowX = getComputedStyle(el).overflowX;
+      if ((overflowX === 'auto' || overflowX === 'scroll')
+          && el.scrollWidth > el.clientWidth + 1) {
+        const source = cell.querySelector('.cell_input, .input_area, pre');
+        out.scrolls.push({cell: index, part: el.closest('.cell_output, .output') ? 'output'
+                                                                                 : 'input',
+                          source: source ? snippet(source.textContent, 50) : '',
+                          scrollWidth: el.scrollWidth, clientWidth: el.clientWidth});
+        break;  // one report per cell
+      }
+    }
+  });
 
   for (const a of document.querySelectorAll('a[href], link[rel="next"], link[rel="prev"]')) {
     out.links.push({href: a.getAttribute('href'), url: a.href, where: describe(a),
@@ -486,6 +506,12 @@ def _content_problems(page: str, seen: dict) -> list[Problem]:
                                 f"MathJax error: {m['error']}"))
     for r in seen["rawTex"]:
         problems.append(Problem(page, f'{r["where"]}: "{r["text"]}"', r["what"]))
+    for box in seen.get("scrolls", []):
+        problems.append(Problem(page, f"code cell {box['cell']} ({box['source']!r}), "
+                                      f"{box['part']}",
+                                f"needs horizontal scrolling in a {VIEWPORT[0]} px window: "
+                                f"{box['scrollWidth']} px of content in {box['clientWidth']} "
+                                "px"))
     for img in seen["images"]:
         if not img["ok"]:
             problems.append(Problem(page, f"image {img['src']!r} ({img['where']})",
