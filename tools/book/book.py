@@ -27,11 +27,13 @@ import sys
 REPO_URL = "{repo_url}"
 if "google.colab" in sys.modules:  # a Colab runtime starts without the book's files
     repo = pathlib.Path("/content/" + REPO_URL.rstrip("/").split("/")[-1])
-    for command in ([] if repo.exists() else [
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    commands = [
         ["git", "clone", "-q", "--depth", "1", REPO_URL, str(repo)],
-        [sys.executable, "-m", "pip", "install", "-q", "-r", str(repo / "requirements-colab.txt")],
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(repo)],
-    ]):
+        [*pip, "-r", str(repo / "requirements-colab.txt")],  # what Colab lacks
+        [*pip, "--no-deps", "-e", str(repo)],  # the book's package, `utils`
+    ]
+    for command in [] if repo.exists() else commands:
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0:  # say why, instead of a bare CalledProcessError
             raise RuntimeError(f"{' '.join(command)} failed:\\n{run.stderr}")
@@ -44,8 +46,10 @@ try:
 except ModuleNotFoundError as exc:
     if exc.name != "utils":
         raise
-    raise ModuleNotFoundError("the book's package is not installed in this kernel's Python; run "
-                              f"{sys.executable} -m pip install -e <the book's folder>") from None
+    raise ModuleNotFoundError(
+        "the book's package is not installed in this kernel's Python; run "
+        f"{sys.executable} -m pip install -e <the book's folder>"
+    ) from None
 
 ROOT = pathlib.Path(utils.__file__).resolve().parent.parent  # the book's folder (editable)
 utils.setup(seed=0)'''
