@@ -118,6 +118,8 @@ def test_bucketing_rejects_bad_input():
         bucket_batches([1, 2], batch_size=0)
     with pytest.raises(ValueError, match=r"sizes must add up to n=5, got a total of 4"):
         random_batches(5, [2, 2])
+    with pytest.raises(ValueError, match=r"sizes\[1\] must be a positive int, got True"):
+        random_batches(5, [4, True])
     with pytest.raises(ValueError, match=r"batch 0 holds 7, not an index into 2 lengths"):
         padding_fraction([1, 2], [[7]])
 

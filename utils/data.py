@@ -326,8 +326,8 @@ def random_batches(n: int, sizes: int | Sequence[int], seed: int = 0) -> list[li
         check_positive_int("sizes", sizes)
         sizes = [sizes] * (n // sizes) + ([n % sizes] if n % sizes else [])
     sizes = list(sizes)
-    if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
-        raise ValueError(f"sizes must be positive ints, got {sizes!r}")
+    for i, size in enumerate(sizes):
+        check_positive_int(f"sizes[{i}]", size)
     if sum(sizes) != n:
         raise ValueError(f"sizes must add up to n={n}, got a total of {sum(sizes)}")
     order = list(range(n))
