@@ -1,21 +1,23 @@
-"""utils.dropout and the fast path's attention with dropout: the distribution and the formula."""
+"""The fast path's dropout (`utils.fast`) and its attention with dropout: the distribution and
+the formula."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from utils.attention import MultiHeadAttention
-from utils.dropout import Dropout, dropout, keep_mask
-from utils.layers import FeedForward, use_fast_path
+from utils.fast import FastDropout, fast_dropout, keep_mask, use_fast_path
+from utils.layers import FeedForward
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_fast_mask_keeps_one_minus_p_and_scales_the_rest(p):
     torch.manual_seed(0)
     x = torch.rand(1000, 1000) + 0.5  # no zeros: a zero in the output means dropped
-    out = dropout(x, p, training=True, fused=True)
+    out = fast_dropout(x, p, training=True)
     kept = out != 0
     assert abs(kept.float().mean().item() - (1 - p)) < 0.002  # 1e6 draws: sd < 5e-4
     torch.testing.assert_close(out[kept], x[kept] / (1 - p), rtol=1e-6, atol=0)
@@ -55,7 +57,7 @@ def test_keep_mask_rounds_p_to_two_to_the_minus_sixteen_and_is_reproducible():
 def test_fast_mask_gradient_is_the_mask_times_the_scale():
     torch.manual_seed(0)
     x = (torch.rand(64, 32) + 0.5).requires_grad_()
-    out = dropout(x, 0.25, training=True, fused=True)
+    out = fast_dropout(x, 0.25, training=True)
     out.backward(torch.ones_like(out))
     expected = (out != 0).float() / 0.75
     torch.testing.assert_close(x.grad, expected, rtol=1e-6, atol=0)
@@ -71,7 +73,7 @@ def test_fast_dropout_keeps_only_a_one_byte_mask_for_backward():
 
     x = torch.randn(16, 8, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        dropout(x, 0.1, training=True, fused=True)
+        fast_dropout(x, 0.1, training=True)
     assert saved == [(torch.bool, (16, 8))], saved
 
 
@@ -80,7 +82,7 @@ def test_fast_dropout_makes_no_float_copy_of_the_mask():
     # (copies of 0-dim scalars are fine)
     x = torch.randn(64, 32, requires_grad=True)
     with torch.profiler.profile(record_shapes=True) as prof:
-        dropout(x, 0.1, training=True, fused=True).sum().backward()
+        fast_dropout(x, 0.1, training=True).sum().backward()
     copies = [
         (e.key, e.input_shapes)
         for e in prof.key_averages(group_by_input_shape=True)
@@ -91,30 +93,27 @@ def test_fast_dropout_makes_no_float_copy_of_the_mask():
 
 def test_identity_in_eval_or_at_p_zero_and_dtype_kept():
     x = torch.randn(4, 5)
-    assert dropout(x, 0.3, training=False, fused=True) is x
-    assert dropout(x, 0.0, training=True, fused=True) is x
-    out = dropout(x.bfloat16(), 0.3, training=True, fused=True)
+    assert fast_dropout(x, 0.3, training=False) is x
+    assert fast_dropout(x, 0.0, training=True) is x
+    out = fast_dropout(x.bfloat16(), 0.3, training=True)
     assert out.dtype == torch.bfloat16 and out.shape == x.shape
 
 
-def test_unfused_is_exactly_f_dropout():
+def test_fast_dropout_off_the_cpu_rule_is_f_dropout_and_modules_switch():
     x = torch.randn(8, 9)
     torch.manual_seed(3)
-    ours = Dropout(0.3)(x)
+    ours = FastDropout(0.3)(x)  # the CPU's 16-bit mask: other draws than F.dropout
     torch.manual_seed(3)
-    assert torch.equal(ours, F.dropout(x, 0.3, training=True))
-
-
-def test_use_fast_path_switches_dropout_modules():
+    assert not torch.equal(ours, F.dropout(x, 0.3, training=True))
     ffn = FeedForward(8, 16, dropout=0.2)
-    assert isinstance(ffn.dropout, Dropout) and not ffn.dropout.fused
-    assert use_fast_path(ffn).dropout.fused
-    assert not use_fast_path(ffn, False).dropout.fused
+    assert type(ffn.dropout) is nn.Dropout
+    assert type(use_fast_path(ffn).dropout) is FastDropout and ffn.dropout.p == 0.2
+    assert type(use_fast_path(ffn, False).dropout) is nn.Dropout
 
 
 def test_bad_probability_is_a_clear_error():
     with pytest.raises(ValueError, match=r"p must be a probability in \[0, 1\), got 1.0"):
-        dropout(torch.ones(2), 1.0)
+        fast_dropout(torch.ones(2), 1.0)
 
 
 def test_fused_attention_with_dropout_on_cpu_is_the_written_formula():
@@ -126,7 +125,7 @@ def test_fused_attention_with_dropout_on_cpu_is_the_written_formula():
     torch.manual_seed(1)
     out = mha(x, x, x, mask=mask)
     torch.manual_seed(1)  # the same draws, by hand
-    q, k, v = mha.project_qkv(x)
+    q, k, v = mha.project_qkv(x, x, x)
     scores = (q @ k.transpose(-2, -1)) / 4**0.5  # d_k = 16 / 4
     weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     keep = keep_mask(weights.shape, 0.3).float() / 0.7

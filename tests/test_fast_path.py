@@ -1,5 +1,6 @@
-"""The fast path (packed projections, fused attention, one-kernel LayerNorm) computes the
-same function as the readable path: outputs and gradients within 1e-5."""
+"""The fast path (`utils.fast`: packed projections, fused attention, one-kernel LayerNorm,
+16-bit dropout masks) computes the same function as the readable path: outputs and
+gradients within 1e-5; switching changes classes only, never parameters."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import copy
 
 import pytest
 import torch
+from torch import nn
 
 from utils.attention import MultiHeadAttention
-from utils.layers import LayerNorm, use_fast_path
+from utils.fast import FastDropout, FastLayerNorm, FastMultiHeadAttention, use_fast_path
+from utils.layers import LayerNorm
 from utils.model import Transformer, TransformerConfig
 
 
@@ -40,35 +43,40 @@ def test_fast_path_equals_readable_path_outputs_and_gradients(norm_first: bool) 
         torch.testing.assert_close(outs[1][1][name], grad, atol=1e-5, rtol=0, msg=name)
 
 
-def test_use_fast_path_flips_every_block_and_the_config_builds_it() -> None:
+def test_use_fast_path_switches_every_block_and_the_config_builds_it() -> None:
     config = TransformerConfig(10, 10, d_model=16, n_heads=2, d_ff=32, n_layers=2)
+    torch.manual_seed(0)
     model = Transformer(config)
-    blocks = [m for m in model.modules() if isinstance(m, MultiHeadAttention | LayerNorm)]
-    assert blocks and not any(m.fused for m in blocks)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    kinds = (MultiHeadAttention, LayerNorm, nn.Dropout)
+    readable = [type(m) for m in model.modules() if type(m) in kinds]
+    assert len(readable) == 6 + 10 + 16  # attention blocks, LayerNorms, dropouts
     use_fast_path(model)
-    assert all(m.fused for m in blocks)
+    fast = (FastMultiHeadAttention, FastLayerNorm, FastDropout)
+    assert [type(m) for m in model.modules() if type(m) in fast] == [
+        dict(zip(kinds, fast, strict=True))[t] for t in readable
+    ]
+    assert not any(type(m) in kinds for m in model.modules())
     use_fast_path(model, False)
-    assert not any(m.fused for m in blocks)
-    built = Transformer(config.replace(fused=True))
-    assert all(m.fused for m in built.modules() if isinstance(m, MultiHeadAttention | LayerNorm))
+    assert [type(m) for m in model.modules() if type(m) in kinds] == readable
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    torch.manual_seed(0)
+    built = Transformer(config.replace(fused=True))  # same draws, same weights
+    assert all(torch.equal(v, state[k]) for k, v in built.state_dict().items())
+    assert not any(type(m) in kinds for m in built.modules())
     with pytest.raises(ValueError, match="enabled must be a bool"):
         use_fast_path(model, "yes")  # type: ignore[arg-type]
 
 
-def test_weights_are_kept_only_when_asked() -> None:
-    mha = MultiHeadAttention(16, 2)
+def test_weights_are_kept_unless_told_not_to_and_never_on_the_fast_path() -> None:
+    mha = MultiHeadAttention(16, 2).train()
     x = torch.randn(2, 5, 16)
-    mha.train()
-    mha(x, x, x)
-    assert mha.attn_weights is None  # training with gradients: nothing kept
-    mha.eval()
     mha(x, x, x)
     assert mha.attn_weights is not None and mha.attn_weights.shape == (2, 2, 5, 5)
-    mha.train()
-    mha.record_weights = True
+    assert not mha.attn_weights.requires_grad  # detached: plotting keeps no graph alive
+    mha.need_weights = False
     mha(x, x, x)
-    assert mha.attn_weights is not None
-    mha.eval()
-    mha.record_weights = False
+    assert mha.attn_weights is None
+    mha = use_fast_path(MultiHeadAttention(16, 2, need_weights=True))
     mha(x, x, x)
     assert mha.attn_weights is None

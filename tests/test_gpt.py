@@ -42,7 +42,7 @@ def test_generation_with_and_without_cache_is_identical_beyond_the_context() -> 
     prompt = torch.tensor([[1, 2, 3]])
     runs = [
         generate(model, prompt, 30, temperature=0.8, top_k=5, use_cache=use_cache,
-                 generator=torch.Generator().manual_seed(0))
+                 rng=torch.Generator().manual_seed(0))
         for use_cache in (True, False)
     ]
     assert runs[0].shape == (1, 33)  # longer than the context of 12: the window slides
@@ -61,7 +61,7 @@ def test_window_never_exceeds_the_context() -> None:
 def test_the_blocks_are_the_books_layers_and_embeddings_are_tied() -> None:
     model = tiny_gpt()
     assert all(type(layer) is EncoderLayer for layer in model.layers)
-    assert model.generator.proj.weight is model.token.weight
+    assert model.generator.proj.weight is model.embed.token.weight
     untied = tiny_gpt(tie_embeddings=False)
     assert count_parameters(untied) - count_parameters(model) == 11 * 32
 
@@ -72,7 +72,7 @@ def test_bad_input() -> None:
         generate(model, torch.ones(1, 13, dtype=torch.long), 5)
     with pytest.raises(ValueError, match=r"prompt ids must be in \[0, 11\)"):
         generate(model, torch.tensor([[11]]), 5)
-    with pytest.raises(ValueError, match="exceed the context"):
+    with pytest.raises(ValueError, match="sequence length 13 exceeds max_len 12"):
         model(torch.ones(1, 13, dtype=torch.long))
     with pytest.raises(ValueError, match="temperature"):
         generate(model, torch.ones(1, 2, dtype=torch.long), 5, temperature=-1.0)

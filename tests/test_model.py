@@ -324,7 +324,7 @@ def test_encode_decode_are_the_forward_pass() -> None:
     src_mask = padding_mask(src, PAD)
     memory = model.encode(src)
     assert memory.shape == (2, 7, 32)
-    hidden = model.decode(tgt, memory, src_mask)
+    hidden = model.decode(tgt, memory, memory_mask=src_mask)
     assert hidden.shape == (2, 6, 32)
     logits = model(src, tgt)
     assert logits.shape == (2, 6, 13)
@@ -425,6 +425,10 @@ def test_bad_input() -> None:
     src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
     with pytest.raises(ValueError, match=r"src must be 2-D \(batch, seq\) token ids"):
         model(src[0], tgt)
+    with pytest.raises(ValueError, match=r"tgt: token ids must be in \[0, 13\)"):
+        model.decode(tgt + 13, model.encode(src))
+    with pytest.raises(ValueError, match="src: sequence length 65 exceeds max_len 64"):
+        model.encode(torch.ones(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match="same batch size"):
         model(src, tgt[:1])
     with pytest.raises(ValueError, match="memory batch size must equal"):
@@ -433,6 +437,31 @@ def test_bad_input() -> None:
         model(src, tgt + 13)
     with pytest.raises(ValueError, match="config must be a TransformerConfig"):
         Transformer({"d_model": 32})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_stacks_check_inputs_and_masks_at_the_door(fused: bool) -> None:
+    # the layers and attention blocks inside trust these checks (tests/test_check_count.py)
+    config = small_config(fused=fused)
+    model = Transformer(config)
+    enc, dec = model.encoder, model.decoder
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+    with pytest.raises(ValueError, match="last dim d_model=32"):
+        enc(torch.randn(2, 5, 16))
+    with pytest.raises(ValueError, match="must have 3 dims"):
+        enc(torch.randn(5, 32))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 1, 6\) does not broadcast"):
+        enc(x, torch.ones(2, 1, 1, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"mask must be a bool tensor"):
+        enc(x, torch.ones(5, 5))
+    with pytest.raises(ValueError, match="memory batch size must equal"):
+        dec(x, torch.randn(3, 7, 32))
+    with pytest.raises(ValueError, match="memory must have last dim"):
+        dec(x, torch.randn(2, 7, 16))
+    with pytest.raises(ValueError, match=r"attention scores of shape \(2, 4, 5, 7\)"):
+        dec(x, memory, memory_mask=torch.ones(2, 1, 1, 5, dtype=torch.bool))  # keyed by target
+    with pytest.raises(ValueError, match=r"attention scores of shape \(2, 4, 5, 5\)"):
+        dec(x, memory, tgt_mask=causal_mask(4))
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned"])

@@ -9,9 +9,11 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `plotting`     heatmaps of attention, masks and positional encodings -- every notebook
 - `diagrams`     the architecture figure drawn with matplotlib         -- notebook 00
 - `embeddings`   token embeddings, positional encodings                -- notebooks 01-02
+- `cache`        the key/value cache that attention fills when decoding -- notebook 11
 - `attention`    scaled dot-product and multi-head attention           -- notebooks 03, 05
 - `masks`        padding and causal masks                              -- notebook 04
 - `layers`       feed-forward, LayerNorm, sublayers, encoder/decoder layers -- notebooks 06-08
+- `fast`         the fast path: the same modules in fewer kernels (training) -- notebooks 10-14
 - `model`        encoder, decoder, the Transformer and its config      -- notebook 09
 - `parity`       copy our weights into torch.nn modules, for parity checks -- notebooks 04-09
 - `data`         padding, shifted decoder input, length buckets, synthetic tasks -- notebook 10

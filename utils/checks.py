@@ -6,6 +6,8 @@ a size is expected (`True` is an `int` in Python, but never a meaningful size).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -16,9 +18,12 @@ __all__ = [
     "check_dropout",
     "check_token_ids",
     "check_token_range",
+    "check_tokens",
     "check_features",
     "check_memory",
     "check_bool_mask",
+    "check_mask",
+    "check_head_dims",
 ]
 
 
@@ -67,6 +72,21 @@ def check_token_range(tokens: Tensor, vocab_size: int, name: str = "tokens") -> 
         )
 
 
+def check_tokens(
+    tokens: object, vocab_size: int, max_len: int, name: str = "tokens", offset: int = 0
+) -> None:
+    """`ValueError` unless `tokens` is a `(batch, seq)` integer tensor of ids in
+    `[0, vocab_size)` (`check_token_range`: on the CPU) at positions `offset .. offset+seq-1`,
+    all below `max_len`: everything a model's input block needs of its tokens."""
+    check_token_ids(tokens, name)
+    check_token_range(tokens, vocab_size, name)  # type: ignore[arg-type]
+    length = tokens.shape[1]  # type: ignore[union-attr]
+    if offset + length > max_len:
+        last = offset + length - 1
+        where = f"positions {offset}..{last}" if offset else f"sequence length {length}"
+        raise ValueError(f"{name}: {where} exceeds max_len {max_len} of the positional encoding")
+
+
 def check_optional_positive_int(name: str, value: object) -> int | None:
     """`value` if it is `None` or a positive int, else `ValueError` naming `name`."""
     return None if value is None else check_positive_int(name, value)
@@ -108,3 +128,57 @@ def check_bool_mask(mask: object, name: str = "mask") -> None:
         raise ValueError(f"{name} must be a torch.Tensor of dtype bool, got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise ValueError(f"{name} must be a bool tensor (True = may attend), got {mask.dtype}")
+
+
+def check_mask(mask: object, scores_shape: Sequence[int] | torch.Size, name: str = "mask") -> None:
+    """`ValueError` unless `mask` is a valid attention mask for scores of shape `scores_shape`.
+
+    A valid mask is a bool tensor (`True` = may attend) that broadcasts to `scores_shape`
+    *without growing it*: e.g. `(B, 1, 1, S)`, `(T, S)` or `(B, h, T, S)` for scores
+    `(B, h, T, S)`. A mask that would broadcast the scores to a bigger shape (a wrong batch
+    size, a query/key length that does not match) is an error, never a silent broadcast.
+
+    What no shape check can catch: a mask whose shape fits but means something else. A
+    `(B, S)` padding mask passed where a `(T, S)` mask is expected is read as one row per
+    *query* when B == T; build padding masks with `utils.masks.padding_mask`, which returns
+    `(B, 1, 1, S)`, so this cannot happen by accident.
+    """
+    scores_shape = torch.Size(scores_shape)
+    check_bool_mask(mask, name)
+    assert isinstance(mask, Tensor)  # for the type checker: check_bool_mask has ensured it
+    if mask.dim() > len(scores_shape):
+        raise ValueError(
+            f"{name} has {mask.dim()} dims {tuple(mask.shape)}, more than the attention scores "
+            f"{tuple(scores_shape)}"
+        )
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != scores_shape:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores of "
+            f"shape {tuple(scores_shape)} (queries, keys last); expected each mask dim to "
+            f"equal the scores' dim or be 1"
+        )
+
+
+def check_head_dims(
+    d_model: object, n_heads: object, d_k: object = None, d_v: object = None
+) -> tuple[int, int]:
+    """The per-head widths `(d_k, d_v)`, `d_model // n_heads` where not given.
+
+    The one place of the rule that `n_heads` must divide `d_model` when a width is left to
+    its default; `ValueError` naming the value otherwise.
+    """
+    d_model = check_positive_int("d_model", d_model)
+    n_heads = check_positive_int("n_heads", n_heads)
+    check_optional_positive_int("d_k", d_k)
+    check_optional_positive_int("d_v", d_v)
+    if (d_k is None or d_v is None) and d_model % n_heads != 0:
+        raise ValueError(
+            f"n_heads={n_heads} must divide d_model={d_model} when d_k or d_v "
+            f"is not given (they default to d_model // n_heads)"
+        )
+    default = d_model // n_heads
+    return (default if d_k is None else d_k), (default if d_v is None else d_v)  # type: ignore[return-value]

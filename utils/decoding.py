@@ -122,10 +122,10 @@ class Seq2SeqScorer:
         if self.cache is None:
             # only the causal mask, as on the cached path: a generated <pad> is a token here
             mask = causal_mask(prefix.shape[1], device=prefix.device)
-            hidden = self.model.decode(prefix, self.memory, self.src_mask, tgt_mask=mask)
+            hidden = self.model.decode(prefix, self.memory, mask, self.src_mask)
         else:
             new = prefix[:, self.cache.length :]
-            hidden = self.model.decode(new, self.memory, self.src_mask, cache=self.cache)
+            hidden = self.model.decode(new, self.memory, None, self.src_mask, self.cache)
         return self.model.generator(hidden[:, -1])
 
     def reorder(self, index: Tensor) -> None:

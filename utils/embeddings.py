@@ -5,7 +5,8 @@
 - `TokenEmbedding`: lookup scaled by √d_model (the paper, section 3.4), and `tie_weights`
   to share one matrix between the embedding and the output layer;
 - `sinusoidal_encoding`, `SinusoidalPositionalEncoding`, `LearnedPositionalEncoding`
-  (section 3.5).
+  (section 3.5);
+- `InputEmbedding`: the input block of every stack, `Dropout(Embed(tokens)·√d_model + PE)`.
 
 Shapes are batch first: tokens `(B, S)`, embeddings `(B, S, d_model)`.
 """
@@ -19,7 +20,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.checks import check_dropout, check_positive_int, check_token_ids, check_token_range
-from utils.dropout import Dropout
 
 __all__ = [
     "TokenEmbedding",
@@ -27,6 +27,8 @@ __all__ = [
     "sinusoidal_encoding",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
+    "POSITIONAL_ENCODINGS",
+    "InputEmbedding",
 ]
 
 class TokenEmbedding(nn.Module):
@@ -89,6 +91,9 @@ class TokenEmbedding(nn.Module):
         """
         check_token_ids(tokens)
         check_token_range(tokens, self.vocab_size)
+        return self._lookup(tokens)
+
+    def _lookup(self, tokens: Tensor) -> Tensor:
         x = F.embedding(tokens, self.weight, padding_idx=self.padding_idx)
         return x * math.sqrt(self.d_model) if self.scale else x
 
@@ -163,7 +168,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.max_len = max_len
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`x (B, S, d_model)` at positions `offset .. offset+S-1` (< max_len) -> `(B, S, d_model)`.
@@ -171,6 +176,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         `offset` > 0 is for incremental decoding: a new token at position t must get PE(t).
         """
         _check_positions(x, self.d_model, self.max_len, offset)
+        return self._add(x, offset)
+
+    def _add(self, x: Tensor, offset: int) -> Tensor:
         return self.dropout(x + self.pe[offset : offset + x.shape[1]].to(x.dtype))
 
 
@@ -197,7 +205,7 @@ class LearnedPositionalEncoding(nn.Module):
         self.d_model = d_model
         self.max_len = max_len
         self.embedding = nn.Embedding(max_len, d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -207,4 +215,45 @@ class LearnedPositionalEncoding(nn.Module):
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """`x (B, S, d_model)` at positions `offset .. offset+S-1` -> `(B, S, d_model)`."""
         _check_positions(x, self.d_model, self.max_len, offset)
+        return self._add(x, offset)
+
+    def _add(self, x: Tensor, offset: int) -> Tensor:
         return self.dropout(x + self.embedding.weight[offset : offset + x.shape[1]])
+
+
+POSITIONAL_ENCODINGS: dict[str, type[SinusoidalPositionalEncoding | LearnedPositionalEncoding]] = {
+    "sinusoidal": SinusoidalPositionalEncoding,
+    "learned": LearnedPositionalEncoding,
+}
+
+
+class InputEmbedding(nn.Module):
+    """The input block of a stack: `tokens (B, S)` -> `Dropout(Embed(tokens)·√d_model + PE)`.
+
+    `token` is a `TokenEmbedding` (N(0, 1/d_model), scaled by √d_model), `position` the
+    positional encoding named by `positional` ("sinusoidal" or "learned"), which applies the
+    embedding dropout (the paper, section 5.4). The input block of the encoder-decoder
+    (`utils.model`) and of the decoder-only model (`utils.gpt`), which check the token ids
+    (`utils.checks.check_tokens`) before calling it: it trusts its caller.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        max_len: int,
+        dropout: float = 0.0,
+        positional: str = "sinusoidal",
+        padding_idx: int | None = None,
+    ) -> None:
+        super().__init__()
+        if positional not in POSITIONAL_ENCODINGS:
+            raise ValueError(
+                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {positional!r}"
+            )
+        self.token = TokenEmbedding(vocab_size, d_model, padding_idx=padding_idx)
+        self.position = POSITIONAL_ENCODINGS[positional](d_model, max_len, dropout=dropout)
+
+    def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """`tokens (B, S)` at positions `offset .. offset+S-1` -> `(B, S, d_model)`."""
+        return self.position._add(self.token._lookup(tokens), offset)

@@ -19,16 +19,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from utils.attention import KVCache
-from utils.checks import check_dropout, check_positive_int, check_token_ids
-from utils.decoding import evaluation, greedy_search, sample
-from utils.embeddings import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-    TokenEmbedding,
-    tie_weights,
+from utils.cache import KVCache
+from utils.checks import (
+    check_dropout,
+    check_head_dims,
+    check_positive_int,
+    check_token_ids,
+    check_tokens,
 )
-from utils.layers import EncoderLayer, LayerNorm, use_fast_path
+from utils.decoding import evaluation, greedy_search, sample
+from utils.embeddings import POSITIONAL_ENCODINGS, InputEmbedding, tie_weights
+from utils.fast import use_fast_path
+from utils.layers import EncoderLayer, LayerNorm, init_weights_
 from utils.masks import causal_mask
 from utils.model import Generator
 
@@ -46,7 +48,7 @@ class GPTConfig:
         norm_first: pre-norm (GPT-2's choice, the default here) or the paper's post-norm.
         positional: "learned" (GPT's choice) or "sinusoidal" (the paper's).
         tie_embeddings: one matrix for the token embedding and the generator.
-        fused: build on the fast path (`utils.layers.use_fast_path`).
+        fused: build on the fast path (`utils.fast.use_fast_path`).
     """
 
     vocab_size: int
@@ -64,12 +66,12 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             check_positive_int(name, getattr(self, name))
+        check_head_dims(self.d_model, self.n_heads)
         check_dropout(self.dropout)
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(f"n_heads={self.n_heads} must divide d_model={self.d_model}")
-        if self.positional not in ("learned", "sinusoidal"):
+        if self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
-                f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}"
+                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got "
+                f"{self.positional!r}"
             )
         for name in ("norm_first", "tie_embeddings", "fused"):
             if not isinstance(getattr(self, name), bool):
@@ -84,11 +86,16 @@ class GPT(nn.Module):
     """Decoder-only Transformer: `forward(tokens (B, T), cache=None)` -> logits `(B, T, V)`.
 
     Attributes:
-        token: `TokenEmbedding` (scaled by √d_model, N(0, 1/d_model) init as in the book).
-        position: the positional encoding, with the embedding dropout.
-        layers: N `EncoderLayer`s, run under a causal mask.
+        embed: `InputEmbedding` (`embed.token` scaled by √d_model, N(0, 1/d_model) as in the
+            book; `embed.position` with the embedding dropout), as the Transformer's.
+        layers: N `EncoderLayer`s, run under a causal mask: GPT blocks.
         norm: the final `LayerNorm` (pre-norm only; post-norm layers end in one).
-        generator: `Generator`, its weight tied to `token.weight` when `tie_embeddings`.
+        generator: `Generator`, its weight tied to `embed.token.weight` when
+            `tie_embeddings`.
+
+    Initialisation: the embeddings keep their own; every other matrix is Xavier-uniform and
+    every bias 0 (`init_weights_(..., zero_biases=True)`, GPT-2's convention; the
+    encoder-decoder keeps PyTorch's uniform biases).
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -96,13 +103,13 @@ class GPT(nn.Module):
         if not isinstance(config, GPTConfig):
             raise ValueError(f"config must be a GPTConfig, got {type(config).__name__}")
         self.config = config
-        self.token = TokenEmbedding(config.vocab_size, config.d_model)
-        positional = (
-            LearnedPositionalEncoding
-            if config.positional == "learned"
-            else SinusoidalPositionalEncoding
+        self.embed = InputEmbedding(
+            config.vocab_size,
+            config.d_model,
+            config.max_len,
+            dropout=config.dropout,
+            positional=config.positional,
         )
-        self.position = positional(config.d_model, config.max_len, dropout=config.dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 config.d_model,
@@ -115,24 +122,16 @@ class GPT(nn.Module):
         )
         self.norm = LayerNorm(config.d_model) if config.norm_first else None
         self.generator = Generator(config.d_model, config.vocab_size)
-        self.reset_parameters()
         if config.tie_embeddings:
-            tie_weights(self.generator.proj, self.token)
+            tie_weights(self.generator.proj, self.embed.token)
+        self.reset_parameters()
         if config.fused:
             use_fast_path(self)
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Xavier-uniform for the layers' matrices (as `utils.model.Transformer`); the
-        embeddings keep their own initialisations."""
-        for module in self.layers.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.xavier_uniform_(module.weight)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        if not self.config.tie_embeddings:
-            nn.init.xavier_uniform_(self.generator.proj.weight)
-        nn.init.zeros_(self.generator.proj.bias)
+        """Xavier-uniform matrices, zero biases; the embedding tables keep theirs."""
+        init_weights_(self, zero_biases=True, skip=self.embed.parameters())
 
     def init_cache(self) -> KVCache:
         """An empty key/value cache (self-attention only) for `forward(..., cache=...)`."""
@@ -144,19 +143,13 @@ class GPT(nn.Module):
         With `cache`, `tokens` are the *new* positions `cache.length ..`; they attend to
         the cached keys/values and `cache.length` grows by T.
         """
-        check_token_ids(tokens)
-        offset = 0
+        if cache is not None and not isinstance(cache, KVCache):
+            raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
+        offset = 0 if cache is None else cache.length
+        check_tokens(tokens, self.config.vocab_size, self.config.max_len, offset=offset)
         if cache is not None:
-            if not isinstance(cache, KVCache):
-                raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
             cache.check(tokens.shape[0], len(self.layers), cross=False)
-            offset = cache.length
-        if offset + tokens.shape[1] > self.config.max_len:
-            raise ValueError(
-                f"positions up to {offset + tokens.shape[1]} exceed the context "
-                f"max_len={self.config.max_len}"
-            )
-        x = self.position(self.token(tokens), offset=offset)
+        x = self.embed(tokens, offset=offset)
         mask = causal_mask(tokens.shape[1], device=tokens.device, offset=offset)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.self_attn[i])
@@ -218,12 +211,13 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     greedy: bool = False,
-    generator: torch.Generator | None = None,
+    rng: torch.Generator | None = None,
     use_cache: bool = True,
 ) -> Tensor:
     """Continue `prompt (B, t0)` by `max_new_tokens` tokens -> `(B, t0 + max_new_tokens)`.
 
-    Sampling (temperature, top-k, top-p; reproducible with a seeded `generator`) or greedy.
+    Sampling (temperature, top-k, top-p; reproducible with a seeded `rng`, a
+    `torch.Generator`) or greedy.
     A prompt longer than the context is a `ValueError`: the model could not read it whole.
     """
     check_token_ids(prompt, "prompt")
@@ -253,5 +247,5 @@ def generate(
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
-            generator=generator,
+            rng=rng,
         )

@@ -9,31 +9,25 @@
 Shapes are batch first: `x` is `(batch, seq, d_model)`. Masks are boolean with `True` = may
 attend, broadcastable to `(batch, heads, queries, keys)` (build them with `utils.masks`).
 
-Key/value cache (notebook 11): one design, `utils.attention.KVCache`. A layer's forward
+Key/value cache (notebook 11): one design, `utils.cache.KVCache`. A layer's forward
 takes the `AttentionCache` of each of its attention blocks (`cache` for `EncoderLayer`, which
 the decoder-only model stacks under a causal mask; `self_cache` and `cross_cache` for
 `DecoderLayer`) and hands it to `MultiHeadAttention`; the layer structure is unchanged.
-`use_fast_path(module)` switches every attention block and LayerNorm to the fast path.
+
+Constructors check their arguments; `forward`s trust their callers (the stacks of
+`utils.model` check inputs and masks once). `init_weights_` is the book's initialisation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.attention import AttentionCache, MultiHeadAttention
-from utils.checks import (
-    check_dropout,
-    check_features,
-    check_memory,
-    check_optional_positive_int,
-    check_positive_float,
-    check_positive_int,
-)
-from utils.dropout import Dropout
+from utils.attention import MultiHeadAttention
+from utils.cache import AttentionCache
+from utils.checks import check_dropout, check_positive_float, check_positive_int
 
 __all__ = [
     "FeedForward",
@@ -41,8 +35,7 @@ __all__ = [
     "SublayerConnection",
     "EncoderLayer",
     "DecoderLayer",
-    "use_fast_path",
-    "xavier_init_",
+    "init_weights_",
 ]
 
 
@@ -55,11 +48,9 @@ class FeedForward(nn.Module):
     """Position-wise feed-forward network: FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2).
 
     The same two linear maps act on every position independently (equivalently: two
-    convolutions with kernel size 1). Dropout is applied to the hidden activations, after the
-    ReLU. This dropout is *not* in the paper (section 5.4 drops only sublayer outputs and the
-    embedding + position sums). It comes from Tensor2Tensor's later presets (`relu_dropout`,
-    0.1 in `transformer_base_v2`; 0 in `transformer_base_v1`), and PyTorch's
-    `nn.TransformerEncoderLayer` applies its one `dropout` at the same place, so we match it.
+    convolutions with kernel size 1). Dropout acts on the hidden activations, after the ReLU,
+    where PyTorch's `nn.TransformerEncoderLayer` puts it (not in the paper; its provenance:
+    `utils.model.TransformerConfig`).
 
     Args:
         d_model: width of the input and output (512 in the base model).
@@ -84,12 +75,11 @@ class FeedForward(nn.Module):
         self.d_ff = d_ff
         self.linear1 = nn.Linear(d_model, d_ff)
         self.activation = nn.ReLU()
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> `(..., d_model)`."""
-        check_features("x", x, self.d_model, ndim=None)
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 
@@ -112,8 +102,6 @@ class LayerNorm(nn.Module):
     Args:
         d_model: number of features normalised together.
         eps: added to the variance for numerical stability.
-        fused: compute it with `torch.nn.functional.layer_norm`, one kernel instead of the
-            six elementwise passes written out below (same numbers within float rounding).
 
     Shapes:
         x: `(..., d_model)` -> `(..., d_model)`.
@@ -123,13 +111,12 @@ class LayerNorm(nn.Module):
         bias: `(d_model,)`, initialised to zeros.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5, fused: bool = False) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_float("eps", eps)
         self.d_model = d_model
         self.eps = float(eps)
-        self.fused = fused
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model))
 
@@ -141,15 +128,12 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> `(..., d_model)`."""
-        check_features("x", x, self.d_model, ndim=None)
-        if self.fused:  # the same formula in one kernel (the fast path used for training)
-            return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
         mean = x.mean(dim=-1, keepdim=True)
         var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d_model
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}, fused={self.fused}"
+        return f"{self.d_model}, eps={self.eps}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,11 +171,10 @@ class SublayerConnection(nn.Module):
         self.d_model = d_model
         self.norm_first = norm_first
         self.norm = LayerNorm(d_model)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """`x` `(..., d_model)` -> `(..., d_model)`."""
-        check_features("x", x, self.d_model, ndim=None)
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
         return self.norm(x + self.dropout(sublayer(x)))
@@ -208,30 +191,13 @@ class SublayerConnection(nn.Module):
 class EncoderLayer(nn.Module):
     """One encoder layer: self-attention, then the FFN, each in a `SublayerConnection`.
 
-    Dropout sites, and where each comes from:
-    - each sublayer's output, before the residual sum: the paper (section 5.4);
-    - the FFN's hidden activations and the attention weights: not the paper, but
-      Tensor2Tensor's `transformer_base_v2` (`relu_dropout`, `attention_dropout` = 0.1; both
-      0 in `transformer_base_v1`) and PyTorch's `nn.TransformerEncoderLayer`, which uses its
-      one `dropout` at all three places. We follow PyTorch so the parity tests hold; set
-      `dropout` on the submodules separately to train exactly as the paper describes.
+    Dropout (one `dropout` for all sites, as PyTorch's `nn.TransformerEncoderLayer`; see
+    `utils.model.TransformerConfig` for where each site comes from) acts on each sublayer's
+    output, the FFN's hidden activations and the attention weights. `sublayers[i].norm` is
+    PyTorch's `norm{i+1}`. `d_k`, `d_v` default to `d_model // n_heads`.
 
-    Args:
-        d_model, n_heads, d_ff: the paper's sizes.
-        dropout: the one dropout probability used at all three places above.
-        norm_first: pre-norm when True, post-norm (the paper) when False.
-        d_k, d_v: per-head query/key and value widths; default `d_model // n_heads`.
-
-    Shapes:
-        x: `(batch, S, d_model)`; mask: boolean, `True` = may attend, broadcastable to
-        `(batch, n_heads, S, S)`, usually a padding mask `(batch, 1, 1, S)`
-        -> `(batch, S, d_model)`.
-
-    Attributes:
-        self_attn: `MultiHeadAttention`.
-        ffn: `FeedForward`.
-        sublayers: `nn.ModuleList` of two `SublayerConnection`s, [self-attention, FFN];
-            `sublayers[i].norm` is PyTorch's `norm{i+1}`.
+    Shapes: x `(batch, S, d_model)`, mask bool (`True` = may attend) broadcastable to
+    `(batch, n_heads, S, S)`, usually `(batch, 1, 1, S)` -> `(batch, S, d_model)`.
     """
 
     def __init__(
@@ -245,7 +211,6 @@ class EncoderLayer(nn.Module):
         d_v: int | None = None,
     ) -> None:
         super().__init__()
-        _check_layer_config(d_model, n_heads, d_ff, dropout, d_k, d_v)
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
@@ -259,11 +224,11 @@ class EncoderLayer(nn.Module):
     ) -> Tensor:
         """`(batch, S, d_model)` -> `(batch, S, d_model)`.
 
-        `cache` is for the decoder-only model (notebook 13), which stacks these same layers
-        under a causal mask: the self-attention keys/values of earlier positions are kept
-        there and `x` holds only the new positions.
+        `cache` is for decoder-only use (`utils.gpt`, notebook 13): under a causal mask this
+        layer is a GPT block, `x` holds only the new positions and the self-attention keys
+        and values of the earlier ones are kept in `cache`.
         """
-        check_features("x", x, self.d_model)
+        # Y = LayerNorm(X + Dropout(MultiHead(X, X, X))); out = LayerNorm(Y + Dropout(FFN(Y)))
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=mask, cache=cache))
         return self.sublayers[1](x, self.ffn)
 
@@ -278,8 +243,8 @@ class DecoderLayer(nn.Module):
 
     Args:
         d_model, n_heads, d_ff: the paper's sizes.
-        dropout: dropout on sublayer outputs (the paper), FFN hidden activations and
-            attention weights (Tensor2Tensor v2 and PyTorch; see `EncoderLayer`).
+        dropout: dropout on sublayer outputs, FFN hidden activations and attention weights
+            (as `EncoderLayer`).
         norm_first: pre-norm when True, post-norm (the paper) when False.
         d_k, d_v: per-head query/key and value widths; default `d_model // n_heads`.
 
@@ -307,7 +272,6 @@ class DecoderLayer(nn.Module):
         d_v: int | None = None,
     ) -> None:
         super().__init__()
-        _check_layer_config(d_model, n_heads, d_ff, dropout, d_k, d_v)
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
@@ -332,8 +296,8 @@ class DecoderLayer(nn.Module):
         target positions; `x` is then only the new positions, and `tgt_mask` is
         `(T, T_cached + T)`) and `cross_cache` (the memory's keys/values, projected once).
         """
-        check_features("x", x, self.d_model)
-        check_memory(x, memory, self.d_model)
+        # post-norm: Y = LayerNorm(X + Dropout(MultiHead(X, X, X), causal)),
+        # Z = LayerNorm(Y + Dropout(MultiHead(Y, M, M))), out = LayerNorm(Z + Dropout(FFN(Z)))
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, tgt_mask, self_cache))
         x = self.sublayers[1](
             x, lambda y: self.cross_attn(y, memory, memory, memory_mask, cross_cache)
@@ -341,57 +305,31 @@ class DecoderLayer(nn.Module):
         return self.sublayers[2](x, self.ffn)
 
 
-def _check_layer_config(
-    d_model: object,
-    n_heads: object,
-    d_ff: object,
-    dropout: object,
-    d_k: object,
-    d_v: object,
-) -> None:
-    check_positive_int("d_model", d_model)
-    check_positive_int("n_heads", n_heads)
-    check_positive_int("d_ff", d_ff)
-    check_dropout(dropout)
-    check_optional_positive_int("d_k", d_k)
-    check_optional_positive_int("d_v", d_v)
-    if (d_k is None or d_v is None) and d_model % n_heads != 0:  # type: ignore[operator]
-        raise ValueError(
-            f"n_heads={n_heads} must divide d_model={d_model} when d_k or d_v is not given"
-        )
-
-
-def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
-    """Switch every attention block, LayerNorm and Dropout inside `module` to the fast path
-    (or back).
-
-    The fast path (packed Q/K/V projections, PyTorch's fused attention kernel, one-kernel
-    LayerNorm, dropout masks drawn from 16-bit random integers on a CPU, `utils.dropout`)
-    computes the same function as the readable one within float rounding (dropout: the same
-    distribution, p rounded to 2^-16, other random draws), keeps no attention weights, and
-    is what training uses. Returns `module`.
-    """
-    if not isinstance(enabled, bool):
-        raise ValueError(f"enabled must be a bool, got {enabled!r}")
-    for m in module.modules():
-        if isinstance(m, MultiHeadAttention | LayerNorm | Dropout):
-            m.fused = enabled
-    return module
-
-
 @torch.no_grad()
-def xavier_init_(module: nn.Module) -> nn.Module:
-    """Xavier-uniform every weight matrix (every parameter with dim > 1) of `module`, in place.
+def init_weights_(
+    module: nn.Module, *, zero_biases: bool, skip: Iterable[nn.Parameter] = ()
+) -> nn.Module:
+    """The book's initialisation, in place: Xavier-uniform every weight matrix of `module`
+    (every parameter with dim > 1) except those in `skip`; returns `module`.
 
-    The book's initialisation of attention and FFN matrices (the one
-    `utils.model.Transformer.reset_parameters` gives them, notebook 09 section 4): it keeps
-    an activation's variance roughly constant through each linear map. Biases and LayerNorm
-    parameters (dim 1) keep their defaults. Do not call it on embedding tables: their
-    initialisation is N(0, 1/d_model) (`TokenEmbedding.reset_parameters`). Returns `module`.
+    Xavier keeps an activation's variance roughly constant through each linear map (notebook
+    09 section 4). One argument tells the two models apart, and must stay as it is, because
+    every trained number of the book depends on it:
+    - `zero_biases=False`: biases keep what they have, PyTorch's default uniform draw (the
+      encoder-decoder `utils.model.Transformer` and `nn.Transformer`, notebooks 06-09);
+    - `zero_biases=True`: every `nn.Linear` bias becomes 0 (GPT-2's convention, `utils.gpt`).
+    LayerNorm parameters (dim 1) keep gain 1 and bias 0. Embedding tables belong in `skip`:
+    theirs is N(0, 1/d_model) (`TokenEmbedding.reset_parameters`). Draws happen in the order of
+    `module.parameters()` (a shared matrix once), so a seed gives the same weights.
     """
     if not isinstance(module, nn.Module):
         raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")
+    skipped = {id(p) for p in skip}
     for p in module.parameters():
-        if p.dim() > 1:
+        if p.dim() > 1 and id(p) not in skipped:
             nn.init.xavier_uniform_(p)
+    if zero_biases:
+        for m in module.modules():
+            if isinstance(m, nn.Linear) and m.bias is not None:
+                nn.init.zeros_(m.bias)
     return module

@@ -86,7 +86,7 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
 def target_mask(tokens: Tensor, pad_id: int) -> Tensor:
     """Decoder self-attention mask: padding & causal, `tokens (B, T)` -> bool `(B, 1, T, T)`."""
     pad = padding_mask(tokens, pad_id)  # validates tokens
-    return combine_masks(pad, causal_mask(tokens.shape[1], device=tokens.device))
+    return torch.logical_and(pad, causal_mask(tokens.shape[1], device=tokens.device))
 
 
 def to_torch_attn_mask(mask: Tensor) -> Tensor:

@@ -11,38 +11,44 @@ Shapes are batch first: token ids `(batch, seq)`, hidden states `(batch, seq, d_
 logits `(batch, seq, vocab)`. Masks are boolean with `True` = may attend.
 
 Decoding (notebook 11) calls `encode` once and `decode` once per step. With a key/value
-cache (`init_cache()`, a `utils.attention.KVCache`), each `decode` call takes only the new
+cache (`init_cache()`, a `utils.cache.KVCache`), each `decode` call takes only the new
 target positions: they are embedded at their true positions (`cache.length` onwards), attend
 to the cached keys/values, and the cross-attention projects the memory once per source.
+
+Inputs are checked here, at the door (`Encoder.forward`, `Decoder.forward`, `Transformer`'s
+`encode`, `decode` and `forward`, with the embeddings checking token ids); the layers inside
+trust them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from utils.attention import KVCache
+from utils.cache import KVCache
 from utils.checks import (
     check_dropout,
     check_features,
+    check_head_dims,
+    check_mask,
     check_memory,
-    check_optional_positive_int,
     check_positive_int,
-    check_token_ids,
+    check_tokens,
 )
 from utils.embeddings import (
+    POSITIONAL_ENCODINGS,
+    InputEmbedding,
     LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-    TokenEmbedding,
     tie_weights,
 )
-from utils.layers import DecoderLayer, EncoderLayer, LayerNorm, use_fast_path
+from utils.fast import use_fast_path
+from utils.layers import DecoderLayer, EncoderLayer, LayerNorm, init_weights_
 from utils.masks import causal_mask, padding_mask, target_mask
+from utils.vocab import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = [
     "TransformerConfig",
@@ -55,9 +61,6 @@ __all__ = [
     "parameter_breakdown",
     "transformer_parameter_count",
 ]
-
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned")
-
 
 # --------------------------------------------------------------------------------------------
 # configuration
@@ -93,13 +96,10 @@ class TransformerConfig:
         positional: "sinusoidal" (the paper) or "learned" (Table 3, row E).
         pad_id: the padding token id, used to build masks when none are given.
         bos_id, eos_id: the begin- and end-of-sequence ids decoding starts and stops with
-            (the book's `Vocab` uses pad 0, bos 1, eos 2).
-        fused: build every attention block, LayerNorm and Dropout on the fast path (packed
-            Q/K/V, PyTorch's fused attention kernel, one-kernel LayerNorm, dropout masks from
-            16-bit random integers on a CPU, `utils.dropout`): the same function within float
-            rounding (dropout: the same distribution, p rounded to 2^-16), no attention weights
-            kept; what training uses.
-            `utils.layers.use_fast_path(model, enabled)` flips it later.
+            (defaults: the book's `utils.vocab` ids).
+        fused: build the model on the fast path (`utils.fast`): the same function in fewer
+            kernels, no attention weights kept; what training uses.
+            `utils.fast.use_fast_path(model, enabled)` switches it later.
 
     Raises:
         ValueError: for any inconsistent or out-of-range value, naming it.
@@ -118,9 +118,9 @@ class TransformerConfig:
     norm_first: bool = False
     share_embeddings: bool = False
     positional: str = "sinusoidal"
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
     fused: bool = False
 
     def __post_init__(self) -> None:
@@ -128,20 +128,15 @@ class TransformerConfig:
             check_positive_int(name, getattr(self, name))
         check_positive_int("n_layers", self.n_layers)
         check_positive_int("max_len", self.max_len)
-        check_optional_positive_int("d_k", self.d_k)
-        check_optional_positive_int("d_v", self.d_v)
+        check_head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)
         check_dropout(self.dropout)
-        if (self.d_k is None or self.d_v is None) and self.d_model % self.n_heads != 0:
-            raise ValueError(
-                f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_k or d_v "
-                f"is not given (they default to d_model // n_heads)"
-            )
         for name in ("norm_first", "share_embeddings", "fused"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
-                f"positional must be one of {POSITIONAL_ENCODINGS}, got {self.positional!r}"
+                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got "
+                f"{self.positional!r}"
             )
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(
@@ -273,14 +268,17 @@ class Encoder(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         _check_config(config)
-        self.d_model = config.d_model
+        self.d_model, self.n_heads = config.d_model, config.n_heads
         layer_args = _layer_args(config)
         self.layers = nn.ModuleList(EncoderLayer(**layer_args) for _ in range(config.n_layers))
         self.norm = LayerNorm(config.d_model) if config.norm_first else None
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """`(batch, S, d_model)` -> `(batch, S, d_model)`."""
+        """`(batch, S, d_model)` -> `(batch, S, d_model)`; checks `x` and `mask`."""
         check_features("x", x, self.d_model)
+        batch, length = x.shape[:2]
+        if mask is not None:
+            check_mask(mask, (batch, self.n_heads, length, length))
         for layer in self.layers:
             x = layer(x, mask)
         return x if self.norm is None else self.norm(x)
@@ -299,7 +297,7 @@ class Decoder(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         _check_config(config)
-        self.d_model = config.d_model
+        self.d_model, self.n_heads = config.d_model, config.n_heads
         layer_args = _layer_args(config)
         self.layers = nn.ModuleList(DecoderLayer(**layer_args) for _ in range(config.n_layers))
         self.norm = LayerNorm(config.d_model) if config.norm_first else None
@@ -315,14 +313,22 @@ class Decoder(nn.Module):
         """`x (batch, T, d_model)`, `memory (batch, S, d_model)` -> `(batch, T, d_model)`.
 
         With `cache` (a `KVCache` with cross-attention caches, one per layer), `x` holds only
-        the new positions and each layer reads and extends its caches.
+        the new positions and each layer reads and extends its caches; `tgt_mask` then covers
+        the cached keys too, `(T, cache.length + T)`. Checks `x`, `memory`, the masks and
+        the cache.
         """
         check_features("x", x, self.d_model)
         check_memory(x, memory, self.d_model)
+        (batch, length), cached = x.shape[:2], 0
         if cache is not None:
             if not isinstance(cache, KVCache):
                 raise ValueError(f"cache must be a KVCache, got {cache!r}")
-            cache.check(x.shape[0], len(self.layers), cross=True)
+            cache.check(batch, len(self.layers), cross=True, memory_len=memory.shape[1])
+            cached = cache.length
+        if tgt_mask is not None:
+            check_mask(tgt_mask, (batch, self.n_heads, length, cached + length))
+        if memory_mask is not None:
+            check_mask(memory_mask, (batch, self.n_heads, length, memory.shape[1]))
         for i, layer in enumerate(self.layers):
             if cache is None:
                 x = layer(x, memory, tgt_mask, memory_mask)
@@ -354,7 +360,6 @@ class Generator(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> logits `(..., vocab_size)`."""
-        check_features("x", x, self.d_model, ndim=None)
         return self.proj(x)
 
 
@@ -363,27 +368,24 @@ class Generator(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def _embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
-    positional = {
-        "sinusoidal": SinusoidalPositionalEncoding,
-        "learned": LearnedPositionalEncoding,
-    }[config.positional]
-    return nn.Sequential(
-        OrderedDict(
-            token=TokenEmbedding(vocab_size, config.d_model, padding_idx=config.pad_id),
-            position=positional(config.d_model, config.max_len, dropout=config.dropout),
-        )
+def _embedding(config: TransformerConfig, vocab_size: int) -> InputEmbedding:
+    return InputEmbedding(
+        vocab_size,
+        config.d_model,
+        config.max_len,
+        dropout=config.dropout,
+        positional=config.positional,
+        padding_idx=config.pad_id,
     )
 
 
-def make_embedding(config: TransformerConfig, vocab_size: int) -> nn.Sequential:
+def make_embedding(config: TransformerConfig, vocab_size: int) -> InputEmbedding:
     """The input block of either stack, built exactly as `Transformer` builds its own.
 
-    `nn.Sequential(token=TokenEmbedding(vocab_size, d_model, padding_idx=config.pad_id)`
-    (lookup scaled by √d_model), `position=` the positional encoding named by
-    `config.positional`, with `config.dropout`): tokens `(batch, S)` -> `(batch, S, d_model)`,
-    i.e. `Dropout(Embed(tokens)·√d_model + PE)`. Notebooks 07 and 08 use it to feed a bare
-    `Encoder` or `Decoder`.
+    An `InputEmbedding` (`token`: lookup scaled by √d_model, pad row `config.pad_id`;
+    `position`: the encoding named by `config.positional`, with `config.dropout`): tokens
+    `(batch, S)` -> `Dropout(Embed(tokens)·√d_model + PE)` `(batch, S, d_model)`. Notebooks 07
+    and 08 use it to feed a bare `Encoder` or `Decoder`.
     """
     _check_config(config)
     check_positive_int("vocab_size", vocab_size)
@@ -397,8 +399,8 @@ class Transformer(nn.Module):
     `config.pad_id` when not given: a padding mask for the source (used by the encoder's
     self-attention and the decoder's cross-attention) and padding & causal for the target.
 
-    Embeddings: `src_embed` and `tgt_embed` are `nn.Sequential(token=TokenEmbedding
-    (scaled by √d_model), position=positional encoding with dropout)`. With
+    Embeddings: `src_embed` and `tgt_embed` are `InputEmbedding`s (`token`: a TokenEmbedding
+    scaled by √d_model; `position`: the positional encoding, with dropout). With
     `config.share_embeddings`, `tgt_embed.token.weight` and `generator.proj.weight` *are*
     `src_embed.token.weight` (one Parameter, counted and initialised once). The pad row
     starts at zero; the lookup gives it no gradient, but a tied generator does (the pad
@@ -415,7 +417,8 @@ class Transformer(nn.Module):
       embeddings (std ≈ 0.16) would be drowned by the positional signal;
     - learned positional tables keep their module's N(0, 1/2) init (the sinusoids' mean
       square, so positions are not drowned by unit-variance tokens); biases and
-      LayerNorms keep PyTorch's defaults (LayerNorm gain 1, bias 0).
+      LayerNorms get PyTorch's defaults (`init_weights_(..., zero_biases=False)`; LayerNorm
+      gain 1, bias 0).
 
     Shapes:
         src: `(batch, S)` token ids; tgt: `(batch, T)` token ids;
@@ -443,17 +446,13 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """(Re-)initialise every parameter as described in the class docstring."""
-        embedding_tables = {
-            id(p)
-            for embed in (self.src_embed, self.tgt_embed)
-            for p in embed.parameters()  # token tables and learned positional tables
-        }
+        embedding_tables = [  # token tables and learned positional tables
+            p for embed in (self.src_embed, self.tgt_embed) for p in embed.parameters()
+        ]
         for module in self.modules():
             if isinstance(module, nn.Linear | LayerNorm):
                 module.reset_parameters()  # biases: PyTorch's defaults; LayerNorm: 1 and 0
-        for p in self.parameters():  # deduplicated: a tied matrix appears once
-            if p.dim() > 1 and id(p) not in embedding_tables:
-                nn.init.xavier_uniform_(p)
+        init_weights_(self, zero_biases=False, skip=embedding_tables)
         self.src_embed.token.reset_parameters()  # the shared matrix, when tied: once
         if not self.config.share_embeddings:
             self.tgt_embed.token.reset_parameters()
@@ -474,7 +473,10 @@ class Transformer(nn.Module):
 
         `src_mask` defaults to `self.make_src_mask(src)` (padding).
         """
-        check_token_ids(src, "src")
+        check_tokens(src, self.config.src_vocab_size, self.config.max_len, "src")
+        return self._encode(src, src_mask)
+
+    def _encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         if src_mask is None:
             src_mask = self.make_src_mask(src)
         return self.encoder(self.src_embed(src), src_mask)
@@ -487,16 +489,17 @@ class Transformer(nn.Module):
         self,
         tgt: Tensor,
         memory: Tensor,
-        src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
         """Target ids `(batch, T)` and memory `(batch, S, d_model)` -> hidden `(batch, T, d_model)`.
 
-        `tgt_mask` defaults to `self.make_tgt_mask(tgt)` (padding & causal). `src_mask` hides
-        source padding from cross-attention; `decode` cannot rebuild it from `memory`, so
-        pass the mask used in `encode` (`forward` does). `None` lets every query attend
-        every memory position. Apply `generator` to get logits.
+        The arguments of `Decoder.forward`, with token ids for `tgt`. `tgt_mask` defaults to
+        `self.make_tgt_mask(tgt)` (padding & causal). `memory_mask` hides source padding from
+        cross-attention; `decode` cannot rebuild it from `memory`, so pass the `src_mask`
+        used in `encode` (`forward` does). `None` lets every query attend every memory
+        position. Apply `generator` to get logits.
 
         With `cache` (from `init_cache()`), `tgt` holds only the *new* target positions:
         they are embedded at positions `cache.length ..`, `tgt_mask` defaults to the causal
@@ -504,19 +507,29 @@ class Transformer(nn.Module):
         sequence's `<eos>` are never read), and `cache.length` grows by T. The hidden states
         equal those of the full recomputation at the same positions (tests: 1e-5).
         """
-        check_token_ids(tgt, "tgt")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise ValueError(f"cache must be a KVCache (from init_cache()), got {cache!r}")
+        offset = 0 if cache is None else cache.length
+        check_tokens(tgt, self.config.tgt_vocab_size, self.config.max_len, "tgt", offset)
+        return self._decode(tgt, memory, tgt_mask, memory_mask, cache)
+
+    def _decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: KVCache | None,
+    ) -> Tensor:
         if cache is None:
             if tgt_mask is None:
                 tgt_mask = self.make_tgt_mask(tgt)
-            return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, src_mask)
-        if not isinstance(cache, KVCache):
-            raise ValueError(f"cache must be a KVCache (from init_cache()), got {cache!r}")
-        cache.check(tgt.shape[0], self.config.n_layers, cross=True)
+            return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, memory_mask)
         offset = cache.length
-        x = self.tgt_embed.position(self.tgt_embed.token(tgt), offset=offset)
+        x = self.tgt_embed(tgt, offset=offset)
         if tgt_mask is None:
             tgt_mask = causal_mask(tgt.shape[1], device=tgt.device, offset=offset)
-        out = self.decoder(x, memory, tgt_mask, src_mask, cache=cache)
+        out = self.decoder(x, memory, tgt_mask, memory_mask, cache=cache)
         cache.length = offset + tgt.shape[1]
         return out
 
@@ -532,8 +545,8 @@ class Transformer(nn.Module):
         `tgt` is the decoder input (the target shifted right, starting with BOS); logits at
         position t predict target token t + 1. Masks default to those built from `pad_id`.
         """
-        check_token_ids(src, "src")
-        check_token_ids(tgt, "tgt")
+        check_tokens(src, self.config.src_vocab_size, self.config.max_len, "src")
+        check_tokens(tgt, self.config.tgt_vocab_size, self.config.max_len, "tgt")
         if src.shape[0] != tgt.shape[0]:
             raise ValueError(
                 f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
@@ -541,8 +554,8 @@ class Transformer(nn.Module):
             )
         if src_mask is None:
             src_mask = self.make_src_mask(src)
-        memory = self.encode(src, src_mask)
-        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
+        memory = self._encode(src, src_mask)
+        return self.generator(self._decode(tgt, memory, tgt_mask, src_mask, None))
 
 
 # --------------------------------------------------------------------------------------------

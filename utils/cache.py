@@ -1,0 +1,124 @@
+"""The key/value cache of incremental decoding (notebook 11).
+
+Decoding produces one token per step; without a cache every step recomputes the keys and
+values of every earlier position. `AttentionCache` keeps them for one attention block,
+`KVCache` for a whole decoder stack. `MultiHeadAttention` fills an `AttentionCache` it is
+given; the models (`utils.model.Transformer.decode`, `utils.gpt.GPT.forward`) own the
+`KVCache` and check it fits before a step.
+
+Shapes: cached keys `(B, h, T_cached, d_k)`, values `(B, h, T_cached, d_v)`.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from utils.checks import check_positive_int
+
+__all__ = ["AttentionCache", "KVCache"]
+
+
+class AttentionCache:
+    """Keys and values of one attention block, kept between decoding steps (notebook 11).
+
+    - self-attention (`static=False`): each step appends the new positions' keys/values, so
+      `k` grows as `(B, h, T_cached, d_k)`;
+    - cross-attention (`static=True`): the encoder output is projected to keys/values *once*,
+      at the first step, and reused unchanged (`(B, h, S, d_k)`).
+
+    `k` and `v` are `None` until the first step fills them.
+    """
+
+    def __init__(self, static: bool = False) -> None:
+        self.static = static
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+
+    def __repr__(self) -> str:
+        shape = None if self.k is None else tuple(self.k.shape)
+        return f"AttentionCache(static={self.static}, k={shape})"
+
+
+class KVCache:
+    """The key/value cache of a decoder stack: one `AttentionCache` per attention block.
+
+    One design serves the encoder-decoder (`cross=True`: each layer has a self-attention
+    cache that grows and a cross-attention cache projected once per source) and the
+    decoder-only model of notebook 13 (`cross=False`). The model reads and updates it:
+
+    - `length`: how many positions are cached, i.e. the position of the next token (its
+      positional encoding is taken at `length`, not at 0);
+    - `reorder(index)`: keep rows `index` of the batch, in that order (beam search re-ranks
+      hypotheses; the cache must follow them);
+    - `batch_size`: the batch the cache was filled with (`None` while empty). Feeding it a
+      batch of another size raises `ValueError`.
+    """
+
+    def __init__(self, n_layers: int, cross: bool) -> None:
+        check_positive_int("n_layers", n_layers)
+        self.self_attn = [AttentionCache(static=False) for _ in range(n_layers)]
+        self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else []
+        self.length = 0
+
+    def blocks(self) -> list[AttentionCache]:
+        """Every `AttentionCache` of the stack (self-attention first, then cross-attention)."""
+        return [*self.self_attn, *self.cross_attn]
+
+    @property
+    def batch_size(self) -> int | None:
+        for block in self.blocks():
+            if block.k is not None:
+                return block.k.shape[0]
+        return None
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (int64 `(B_new,)`, values in `[0, batch_size)`), in place."""
+        if not isinstance(index, Tensor) or index.dim() != 1 or index.is_floating_point():
+            raise ValueError(f"index must be a 1-D integer tensor, got {index!r}")
+        size = self.batch_size
+        if size is None:
+            return
+        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
+            raise ValueError(f"index values must be in [0, {size}), got {index.tolist()}")
+        for block in self.blocks():
+            if block.k is not None:
+                block.k = block.k.index_select(0, index)
+                block.v = block.v.index_select(0, index)
+
+    def check(
+        self, batch_size: int, n_layers: int, cross: bool, memory_len: int | None = None
+    ) -> None:
+        """`ValueError` unless this cache fits a stack of `n_layers` layers (with
+        cross-attention caches if `cross`) fed a batch of `batch_size` (and, for
+        cross-attention, a memory of `memory_len` positions)."""
+        if len(self.self_attn) != n_layers or bool(self.cross_attn) != cross:
+            kind = "an encoder-decoder (cross=True)" if cross else "a decoder-only model"
+            raise ValueError(
+                f"cache must be a KVCache with {n_layers} layers for {kind}, got {self!r}"
+            )
+        if self.batch_size is not None and self.batch_size != batch_size:
+            raise ValueError(
+                f"the cache holds a batch of {self.batch_size}, but the input has batch size "
+                f"{batch_size}; start a new cache (or reorder it) for another batch"
+            )
+        held = self.cross_attn[0].k if self.cross_attn else None
+        if memory_len is not None and held is not None and held.shape[2] != memory_len:
+            raise ValueError(
+                f"this cache holds cross-attention keys of a memory of {held.shape[2]} "
+                f"positions, but the memory has {memory_len}; start a new cache for a new source"
+            )
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the cached keys and values."""
+        return sum(
+            t.numel() * t.element_size()
+            for block in self.blocks()
+            for t in (block.k, block.v)
+            if t is not None
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"KVCache(layers={len(self.self_attn)}, cross={bool(self.cross_attn)}, "
+            f"length={self.length}, batch_size={self.batch_size})"
+        )
