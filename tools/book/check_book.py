@@ -18,6 +18,10 @@ page and the element, when:
 - the page throws or logs a JavaScript error, fails to load a resource, or requests anything
   outside the site (such requests are blocked, not sent);
 - a notebook's page has no link to open it in Colab or to download its ``.ipynb``.
+- a code cell (its input or an output) needs horizontal scrolling in the 1280 x 900 window:
+  the book's style sheet (``build_book.BOOK_CSS``) fits a line of 100 characters, ruff's
+  line-length, so a longer line in a notebook is what this reports. A folded cell (the setup
+  cell) does not count.
 
 It saves two screenshots into ``_build/screenshots`` (``--screenshots DIR``): the notebook page
 with the most figures, scrolled to its first figure, and the one with the most display
