@@ -6,8 +6,10 @@ matplotlib.use("Agg")  # before pyplot is imported anywhere: tests never open wi
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 import utils  # noqa: E402
+from utils.layers import LayerNorm  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -16,3 +18,27 @@ def _seeded():
     utils.setup(0)
     yield
     plt.close("all")
+
+
+# --------------------------------------------------------------------------------------------
+# shared helpers (import with `from conftest import ...`)
+# --------------------------------------------------------------------------------------------
+
+
+def padded_tokens(vocab: int, seq: int, lengths: list[int], pad: int = 0) -> torch.Tensor:
+    """Random token ids `(len(lengths), seq)` in [1, vocab), right-padded with `pad` after
+    `lengths[i]` tokens."""
+    tokens = torch.randint(1, vocab, (len(lengths), seq))
+    for i, n in enumerate(lengths):
+        tokens[i, n:] = pad
+    return tokens
+
+
+def randomise_norms(module: torch.nn.Module) -> None:
+    """Random LayerNorm gains and biases (as after training), so a norm copied into the wrong
+    slot, or left uncopied, changes the output; at gain 1 and bias 0 it would not."""
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, LayerNorm):
+                m.weight.normal_(1.0, 0.5)
+                m.bias.normal_(0.0, 0.5)

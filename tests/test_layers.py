@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import padded_tokens, randomise_norms
 from torch import nn
 
 from utils.layers import (
@@ -22,18 +23,15 @@ from utils.masks import (
     to_torch_attn_mask,
     to_torch_key_padding_mask,
 )
-from utils.parity import copy_to_torch_decoder_layer, copy_to_torch_encoder_layer
+from utils.parity import (
+    copy_to_torch_decoder_layer,
+    copy_to_torch_encoder_layer,
+    torch_decoder_layer,
+    torch_encoder_layer,
+)
 
 D_MODEL, N_HEADS, D_FF = 32, 4, 64
 PAD = 0
-
-
-def _tokens(batch: int, seq: int, lengths: list[int]) -> torch.Tensor:
-    """Random token ids in [1, 10) with right padding (PAD) after `lengths[i]` tokens."""
-    tokens = torch.randint(1, 10, (batch, seq))
-    for i, n in enumerate(lengths):
-        tokens[i, n:] = PAD
-    return tokens
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,29 +159,13 @@ def test_sublayer_connection_dropout_on_the_sublayer_output_only_in_training() -
 # --------------------------------------------------------------------------------------------
 
 
-def _randomise_norms(module: nn.Module) -> None:
-    """Give every LayerNorm a random gain and bias, as after training.
-
-    At initialisation (gain 1, bias 0) a norm copied into the wrong slot, or not copied at
-    all, changes nothing; with random values any such mistake shows in the outputs.
-    """
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, LayerNorm):
-                m.weight.normal_(1.0, 0.5)
-                m.bias.normal_(0.0, 0.5)
-
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_torch(norm_first: bool) -> None:
     ours = EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
-    _randomise_norms(ours)
-    theirs = nn.TransformerEncoderLayer(
-        D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first
-    ).eval()
+    randomise_norms(ours)
+    theirs = torch_encoder_layer(D_MODEL, N_HEADS, D_FF, 0.1, norm_first).eval()
     copy_to_torch_encoder_layer(ours, theirs)
-    tokens = _tokens(3, 7, [7, 4, 1])
+    tokens = padded_tokens(10, 7, [7, 4, 1])
     mask = padding_mask(tokens, PAD)
     x = torch.randn(3, 7, D_MODEL)
     # Grad mode stays on, so PyTorch takes its reference (not fused fast) path.
@@ -195,12 +177,10 @@ def test_encoder_layer_matches_torch(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_torch(norm_first: bool) -> None:
     ours = DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.1, norm_first=norm_first).eval()
-    _randomise_norms(ours)
-    theirs = nn.TransformerDecoderLayer(
-        D_MODEL, N_HEADS, D_FF, dropout=0.1, batch_first=True, norm_first=norm_first
-    ).eval()
+    randomise_norms(ours)
+    theirs = torch_decoder_layer(D_MODEL, N_HEADS, D_FF, 0.1, norm_first).eval()
     copy_to_torch_decoder_layer(ours, theirs)
-    src, tgt = _tokens(3, 7, [7, 4, 2]), _tokens(3, 5, [5, 3, 2])
+    src, tgt = padded_tokens(10, 7, [7, 4, 2]), padded_tokens(10, 5, [5, 3, 2])
     memory_mask, tgt_mask = padding_mask(src, PAD), target_mask(tgt, PAD)
     x, memory = torch.randn(3, 5, D_MODEL), torch.randn(3, 7, D_MODEL)
     expected = theirs(
@@ -255,7 +235,7 @@ def test_decoder_layer_does_not_peek_at_future_positions() -> None:
 
 def test_encoder_layer_padding_does_not_change_real_positions() -> None:
     layer = EncoderLayer(D_MODEL, N_HEADS, D_FF).eval()
-    tokens = _tokens(1, 6, [4])
+    tokens = padded_tokens(10, 6, [4])
     x = torch.randn(1, 6, D_MODEL)
     noisy = x.clone()
     noisy[:, 4:] = torch.randn(1, 2, D_MODEL)  # different content at the padded positions

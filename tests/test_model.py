@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import padded_tokens, randomise_norms
 from torch import nn
 
 from utils.layers import LayerNorm
@@ -36,6 +36,9 @@ from utils.parity import (
     copy_to_torch_encoder,
     copy_to_torch_encoder_layer,
     copy_to_torch_transformer,
+    torch_decoder,
+    torch_encoder,
+    torch_transformer,
 )
 
 PAD = 0
@@ -46,73 +49,19 @@ def small_config(**overrides: object) -> TransformerConfig:
     return TransformerConfig(**({"src_vocab_size": 11, "tgt_vocab_size": 13} | SMALL | overrides))
 
 
-def _tokens(vocab: int, seq: int, lengths: list[int]) -> torch.Tensor:
-    """Token ids in [1, vocab), right-padded with PAD after `lengths[i]` tokens."""
-    tokens = torch.randint(1, vocab, (len(lengths), seq))
-    for i, n in enumerate(lengths):
-        tokens[i, n:] = PAD
-    return tokens
-
-
-def _torch_stack(kind: str, config: TransformerConfig) -> nn.Module:
-    """nn.TransformerEncoder/Decoder like ours: final norm only for pre-norm."""
-    d = config.d_model
-    layer_kwargs = {
-        "d_model": d,
-        "nhead": config.n_heads,
-        "dim_feedforward": config.d_ff,
-        "dropout": config.dropout,
-        "batch_first": True,
-        "norm_first": config.norm_first,
-    }
-    norm = nn.LayerNorm(d) if config.norm_first else None
-    with warnings.catch_warnings():  # "enable_nested_tensor is True, but ... norm_first"
-        warnings.simplefilter("ignore", UserWarning)
-        if kind == "encoder":
-            layer = nn.TransformerEncoderLayer(**layer_kwargs)
-            return nn.TransformerEncoder(layer, config.n_layers, norm=norm).eval()
-        layer = nn.TransformerDecoderLayer(**layer_kwargs)
-        return nn.TransformerDecoder(layer, config.n_layers, norm=norm).eval()
-
-
-def _torch_transformer(config: TransformerConfig) -> nn.Transformer:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return nn.Transformer(
-            d_model=config.d_model,
-            nhead=config.n_heads,
-            num_encoder_layers=config.n_layers,
-            num_decoder_layers=config.n_layers,
-            dim_feedforward=config.d_ff,
-            dropout=config.dropout,
-            batch_first=True,
-            norm_first=config.norm_first,
-        ).eval()
-
-
 # --------------------------------------------------------------------------------------------
 # parity with torch.nn (eval mode, copied weights; grad mode on, so PyTorch takes its
 # reference path rather than the fused "fast path")
 # --------------------------------------------------------------------------------------------
 
 
-def _randomise_norms(module: nn.Module) -> None:
-    """Random LayerNorm gains and biases (as after training), so a norm copied into the wrong
-    slot, or left uncopied, changes the output; at gain 1 and bias 0 it would not."""
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, LayerNorm):
-                m.weight.normal_(1.0, 0.5)
-                m.bias.normal_(0.0, 0.5)
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_matches_torch(norm_first: bool) -> None:
     config = small_config(norm_first=norm_first)
-    ours, theirs = Encoder(config).eval(), _torch_stack("encoder", config)
-    _randomise_norms(ours)
+    ours, theirs = Encoder(config).eval(), torch_encoder(config).eval()
+    randomise_norms(ours)
     copy_to_torch_encoder(ours, theirs)
-    mask = padding_mask(_tokens(11, 7, [7, 5, 2]), PAD)
+    mask = padding_mask(padded_tokens(11, 7, [7, 5, 2]), PAD)
     x = torch.randn(3, 7, config.d_model)
     expected = theirs(x, src_key_padding_mask=to_torch_key_padding_mask(mask))
     torch.testing.assert_close(ours(x, mask), expected, atol=1e-5, rtol=0)
@@ -122,10 +71,10 @@ def test_encoder_matches_torch(norm_first: bool) -> None:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_matches_torch(norm_first: bool) -> None:
     config = small_config(norm_first=norm_first)
-    ours, theirs = Decoder(config).eval(), _torch_stack("decoder", config)
-    _randomise_norms(ours)
+    ours, theirs = Decoder(config).eval(), torch_decoder(config).eval()
+    randomise_norms(ours)
     copy_to_torch_decoder(ours, theirs)
-    src, tgt = _tokens(11, 7, [7, 5, 2]), _tokens(13, 6, [6, 4, 3])
+    src, tgt = padded_tokens(11, 7, [7, 5, 2]), padded_tokens(13, 6, [6, 4, 3])
     x, memory = torch.randn(3, 6, config.d_model), torch.randn(3, 7, config.d_model)
     expected = theirs(
         x,
@@ -156,12 +105,12 @@ def _their_logits(ours: Transformer, theirs: nn.Transformer, src, tgt) -> torch.
 def test_transformer_matches_torch(norm_first: bool, share_embeddings: bool) -> None:
     vocab = {"tgt_vocab_size": 11} if share_embeddings else {}
     config = small_config(norm_first=norm_first, share_embeddings=share_embeddings, **vocab)
-    ours, theirs = Transformer(config).eval(), _torch_transformer(config)
-    _randomise_norms(ours)
+    ours, theirs = Transformer(config).eval(), torch_transformer(config).eval()
+    randomise_norms(ours)
     copy_to_torch_transformer(ours, theirs)
     assert (theirs.encoder.norm is None) == (not norm_first)  # removed for post-norm
-    src = _tokens(11, 7, [7, 5, 2])
-    tgt = _tokens(config.tgt_vocab_size, 6, [6, 4, 3])
+    src = padded_tokens(11, 7, [7, 5, 2])
+    tgt = padded_tokens(config.tgt_vocab_size, 6, [6, 4, 3])
     torch.testing.assert_close(
         ours(src, tgt), _their_logits(ours, theirs, src, tgt), atol=1e-5, rtol=0
     )
@@ -174,7 +123,7 @@ def test_nn_transformer_post_norm_has_an_extra_final_norm() -> None:
     LayerNorm has gain 1 and bias 0); with learned gains and biases it is not.
     """
     config = small_config()
-    ours, theirs = Transformer(config).eval(), _torch_transformer(config)
+    ours, theirs = Transformer(config).eval(), torch_transformer(config).eval()
     with torch.no_grad():  # LayerNorms as after training
         for module in ours.modules():
             if isinstance(module, LayerNorm):
@@ -185,7 +134,7 @@ def test_nn_transformer_post_norm_has_an_extra_final_norm() -> None:
         copy_to_torch_encoder_layer(mine, their)
     for mine, their in zip(ours.decoder.layers, theirs.decoder.layers, strict=True):
         copy_to_torch_decoder_layer(mine, their)
-    src, tgt = _tokens(11, 7, [7, 5, 2]), _tokens(13, 6, [6, 4, 3])
+    src, tgt = padded_tokens(11, 7, [7, 5, 2]), padded_tokens(13, 6, [6, 4, 3])
     assert not torch.allclose(ours(src, tgt), _their_logits(ours, theirs, src, tgt), atol=0.1)
     # Copying stacks whose final norms differ is refused...
     with pytest.raises(ValueError, match="final norm differs"):
@@ -214,10 +163,10 @@ def test_decoder_stack_does_not_peek(norm_first: bool) -> None:
     assert not torch.allclose(before[:, 3:], after[:, 3:])
 
 
-def test_transformer_does_not_peek_at_future_target_tokens() -> None:
+def test_transformer_does_not_peek_at_future_targetpadded_tokens() -> None:
     model = Transformer(small_config()).eval()
-    src = _tokens(11, 7, [7, 4])
-    tgt = _tokens(13, 6, [6, 6])
+    src = padded_tokens(11, 7, [7, 4])
+    tgt = padded_tokens(13, 6, [6, 6])
     changed = tgt.clone()
     changed[:, 3:] = (tgt[:, 3:] % 12) + 1  # different real tokens at positions 3..5
     before, after = model(src, tgt), model(src, changed)
@@ -227,7 +176,7 @@ def test_transformer_does_not_peek_at_future_target_tokens() -> None:
 
 def test_padding_does_not_change_the_real_positions() -> None:
     model = Transformer(small_config()).eval()
-    src, tgt = _tokens(11, 5, [5]), _tokens(13, 4, [4])
+    src, tgt = padded_tokens(11, 5, [5]), padded_tokens(13, 4, [4])
     padded_src = F.pad(src, (0, 3), value=PAD)
     padded_tgt = F.pad(tgt, (0, 2), value=PAD)
     expected = model(src, tgt)
@@ -246,7 +195,7 @@ def test_padding_does_not_change_the_real_positions() -> None:
 )
 def test_gradients_reach_every_parameter(overrides: dict) -> None:
     model = Transformer(small_config(**overrides)).train()
-    src, tgt = _tokens(11, 7, [7, 5]), _tokens(model.config.tgt_vocab_size, 6, [6, 4])
+    src, tgt = padded_tokens(11, 7, [7, 5]), padded_tokens(model.config.tgt_vocab_size, 6, [6, 4])
     logits = model(src, tgt)
     labels = torch.randint(1, model.config.tgt_vocab_size, tgt.shape)
     F.cross_entropy(logits.transpose(1, 2), labels).backward()
@@ -262,7 +211,7 @@ def test_state_dict_round_trip_gives_identical_outputs() -> None:
     torch.save(model.state_dict(), buffer)
     buffer.seek(0)
     clone = Transformer(config).eval()
-    src, tgt = _tokens(11, 7, [7, 5]), _tokens(11, 6, [6, 4])
+    src, tgt = padded_tokens(11, 7, [7, 5]), padded_tokens(11, 6, [6, 4])
     assert not torch.equal(clone(src, tgt), model(src, tgt))  # a fresh model differs
     clone.load_state_dict(torch.load(buffer, weights_only=True))
     assert torch.equal(clone(src, tgt), model(src, tgt))
@@ -271,7 +220,7 @@ def test_state_dict_round_trip_gives_identical_outputs() -> None:
 
 def test_dropout_active_in_train_and_inactive_in_eval() -> None:
     model = Transformer(small_config(dropout=0.1))
-    src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
+    src, tgt = padded_tokens(11, 7, [7, 5]), padded_tokens(13, 6, [6, 4])
     model.train()
     assert not torch.allclose(model(src, tgt), model(src, tgt))
     model.eval()
@@ -320,7 +269,7 @@ def test_generator_returns_raw_logits() -> None:
 
 def test_encode_decode_are_the_forward_pass() -> None:
     model = Transformer(small_config()).eval()
-    src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
+    src, tgt = padded_tokens(11, 7, [7, 5]), padded_tokens(13, 6, [6, 4])
     src_mask = padding_mask(src, PAD)
     memory = model.encode(src)
     assert memory.shape == (2, 7, 32)
@@ -422,7 +371,7 @@ def test_config_is_frozen_and_replace_validates() -> None:
 
 def test_bad_input() -> None:
     model = Transformer(small_config())
-    src, tgt = _tokens(11, 7, [7, 5]), _tokens(13, 6, [6, 4])
+    src, tgt = padded_tokens(11, 7, [7, 5]), padded_tokens(13, 6, [6, 4])
     with pytest.raises(ValueError, match=r"src must be 2-D \(batch, seq\) token ids"):
         model(src[0], tgt)
     with pytest.raises(ValueError, match=r"tgt: token ids must be in \[0, 13\)"):
@@ -470,7 +419,7 @@ def test_make_embedding_is_the_transformers_input_block(positional: str) -> None
     model = Transformer(config).eval()
     embed = make_embedding(config, config.src_vocab_size).eval()
     embed.load_state_dict(model.src_embed.state_dict())  # strict: the same modules and names
-    src = _tokens(11, 7, [7, 5])
+    src = padded_tokens(11, 7, [7, 5])
     torch.testing.assert_close(embed(src), model.src_embed(src))
     assert embed.position.dropout.p == config.dropout
     assert embed.token.padding_idx == config.pad_id

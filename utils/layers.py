@@ -236,29 +236,14 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """One decoder layer: masked self-attention, cross-attention, FFN, each in a sublayer.
 
-    Self-attention lets each target position look at earlier target positions (`tgt_mask`
-    makes it causal); cross-attention takes its queries from the decoder and its keys and
-    values from the encoder output `memory` (`memory_mask` hides source padding).
-    Incremental decoding (notebook 11) passes one `AttentionCache` to each attention.
+    Self-attention sees earlier target positions (`tgt_mask` makes it causal); cross-attention
+    takes its queries from the decoder and its keys and values from the encoder output
+    `memory` (`memory_mask` hides source padding). Sizes and dropout as `EncoderLayer`;
+    `sublayers` = [self-attention, cross-attention, FFN], `sublayers[i].norm` is PyTorch's
+    `norm{i+1}`.
 
-    Args:
-        d_model, n_heads, d_ff: the paper's sizes.
-        dropout: dropout on sublayer outputs, FFN hidden activations and attention weights
-            (as `EncoderLayer`).
-        norm_first: pre-norm when True, post-norm (the paper) when False.
-        d_k, d_v: per-head query/key and value widths; default `d_model // n_heads`.
-
-    Shapes:
-        x: `(batch, T, d_model)`; memory: `(batch, S, d_model)`;
-        tgt_mask: broadcastable to `(batch, n_heads, T, T)`, usually `(batch, 1, T, T)`;
-        memory_mask: broadcastable to `(batch, n_heads, T, S)`, usually `(batch, 1, 1, S)`
-        -> `(batch, T, d_model)`.
-
-    Attributes:
-        self_attn, cross_attn: `MultiHeadAttention`.
-        ffn: `FeedForward`.
-        sublayers: `nn.ModuleList` of three `SublayerConnection`s, [self-attention,
-            cross-attention, FFN]; `sublayers[i].norm` is PyTorch's `norm{i+1}`.
+    Shapes: x `(batch, T, d_model)`, memory `(batch, S, d_model)`, tgt_mask broadcastable to
+    `(batch, n_heads, T, T)`, memory_mask to `(batch, n_heads, T, S)` -> `(batch, T, d_model)`.
     """
 
     def __init__(

@@ -10,6 +10,11 @@ files read like the paper.
 - `copy_to_torch_decoder_layer`  `DecoderLayer` -> `nn.TransformerDecoderLayer`
 - `copy_to_torch_encoder`, `copy_to_torch_decoder`, `copy_to_torch_transformer`: the stacks
   and the whole model -> `nn.TransformerEncoder`, `nn.TransformerDecoder`, `nn.Transformer`.
+- `torch_encoder_layer`, `torch_decoder_layer`, `torch_encoder`, `torch_decoder`,
+  `torch_transformer`: build the `torch.nn` module that matches ours (same sizes, `norm_first`,
+  `batch_first=True`; a final LayerNorm on a stack exactly when ours has one), so the
+  comparisons do not retype PyTorch's arguments. Building one draws random numbers (PyTorch
+  initialises it), as calling its constructor does.
 
 Bad pairs (other sizes, another `norm_first`, a missing final norm, ...) raise `ValueError`
 naming what differs; nothing is copied silently into a module that cannot match.
@@ -17,6 +22,7 @@ naming what differs; nothing is copied silently into a module that cannot match.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -24,7 +30,7 @@ from torch import Tensor, nn
 
 from utils.attention import MultiHeadAttention
 from utils.layers import DecoderLayer, EncoderLayer, LayerNorm
-from utils.model import Decoder, Encoder, Transformer
+from utils.model import Decoder, Encoder, Transformer, TransformerConfig
 
 __all__ = [
     "copy_to_torch_mha",
@@ -33,6 +39,11 @@ __all__ = [
     "copy_to_torch_encoder",
     "copy_to_torch_decoder",
     "copy_to_torch_transformer",
+    "torch_encoder_layer",
+    "torch_decoder_layer",
+    "torch_encoder",
+    "torch_decoder",
+    "torch_transformer",
 ]
 
 
@@ -237,3 +248,78 @@ def copy_to_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> None
         theirs.decoder.norm = None
     copy_to_torch_encoder(ours.encoder, theirs.encoder)
     copy_to_torch_decoder(ours.decoder, theirs.decoder)
+
+
+# --------------------------------------------------------------------------------------------
+# the matching torch.nn modules
+# --------------------------------------------------------------------------------------------
+
+
+def torch_encoder_layer(
+    d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False
+) -> nn.TransformerEncoderLayer:
+    """`nn.TransformerEncoderLayer` shaped like `EncoderLayer(d_model, n_heads, d_ff, dropout,
+    norm_first)`: ReLU, `batch_first=True`."""
+    return nn.TransformerEncoderLayer(
+        d_model, n_heads, d_ff, dropout=dropout, batch_first=True, norm_first=norm_first
+    )
+
+
+def torch_decoder_layer(
+    d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False
+) -> nn.TransformerDecoderLayer:
+    """`nn.TransformerDecoderLayer` shaped like `DecoderLayer(d_model, n_heads, d_ff, dropout,
+    norm_first)`: ReLU, `batch_first=True`."""
+    return nn.TransformerDecoderLayer(
+        d_model, n_heads, d_ff, dropout=dropout, batch_first=True, norm_first=norm_first
+    )
+
+
+def _layer_sizes(config: TransformerConfig) -> tuple[int, int, int, float, bool]:
+    if not isinstance(config, TransformerConfig):
+        raise ValueError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    return config.d_model, config.n_heads, config.d_ff, config.dropout, config.norm_first
+
+
+def torch_encoder(
+    config: TransformerConfig, enable_nested_tensor: bool = False
+) -> nn.TransformerEncoder:
+    """`nn.TransformerEncoder` like `Encoder(config)`: `config.n_layers` layers and a final
+    LayerNorm only for pre-norm. `enable_nested_tensor` is PyTorch's padding fast path
+    (its default is True; off here, so outputs at padded positions are computed, as ours)."""
+    norm = nn.LayerNorm(config.d_model) if config.norm_first else None
+    return nn.TransformerEncoder(
+        torch_encoder_layer(*_layer_sizes(config)),
+        config.n_layers,
+        norm=norm,
+        enable_nested_tensor=enable_nested_tensor,
+    )
+
+
+def torch_decoder(config: TransformerConfig) -> nn.TransformerDecoder:
+    """`nn.TransformerDecoder` like `Decoder(config)` (final LayerNorm only for pre-norm)."""
+    norm = nn.LayerNorm(config.d_model) if config.norm_first else None
+    return nn.TransformerDecoder(
+        torch_decoder_layer(*_layer_sizes(config)), config.n_layers, norm=norm
+    )
+
+
+def torch_transformer(config: TransformerConfig) -> nn.Transformer:
+    """`nn.Transformer` with `config`'s sizes, dropout and `norm_first`.
+
+    It always has final LayerNorms on both stacks; `copy_to_torch_transformer` removes them
+    for a post-norm model (see there). Embeddings and generator are not part of it.
+    """
+    d_model, n_heads, d_ff, dropout, norm_first = _layer_sizes(config)
+    with warnings.catch_warnings():  # pre-norm: "enable_nested_tensor is True, but ..."
+        warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+        return nn.Transformer(
+            d_model=d_model,
+            nhead=n_heads,
+            num_encoder_layers=config.n_layers,
+            num_decoder_layers=config.n_layers,
+            dim_feedforward=d_ff,
+            dropout=dropout,
+            batch_first=True,
+            norm_first=norm_first,
+        )
