@@ -18,12 +18,14 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `parity`       copy our weights into torch.nn modules, for parity checks -- notebooks 04-09
 - `data`         padding, shifted decoder input, length buckets, synthetic tasks -- notebook 10
 - `training`     label smoothing, warm-up schedule, the training loop  -- notebook 10
+- `parallel`     several small training runs at once, one per CPU core -- notebooks 10, 13
 - `decoding`     greedy search, beam search, sampling (batched, key/value cache) -- notebook 11
 - `corpora`      the Bible and Shakespeare texts shipped under data/   -- notebooks 12-13
 - `bpe`          joint BPE tokenizer with the book's special ids       -- notebook 12
 - `translation`  the trained translator saved and loaded (weights, BPE, scores) -- notebook 12
 - `chars`        character vocabulary for the Shakespeare model        -- notebook 13
 - `gpt`          a decoder-only model from the same blocks and cache   -- notebook 13
+- `measure`      fair timings and memory peaks                         -- notebook 14
 
 Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;
 masks are boolean with `True` = may attend, broadcastable to `(batch, heads, queries, keys)`;
