@@ -6,6 +6,7 @@ dead internal links, a JavaScript error, a request outside the site). Chromium o
 Without Chromium the browser tests skip, except under CI=true, where that is a failure.
 """
 
+import importlib.util
 import json
 import os
 import shutil
@@ -39,6 +40,8 @@ def chromium():
     except BrowserMissing:
         path = None
     _needs("chromium", path is not None, "apt-get install chromium")
+    _needs("playwright", importlib.util.find_spec("playwright") is not None,
+           "pip install -r requirements-book.txt")
     _needs("mathjax-full", (MATHJAX / build_book.MATHJAX_BUNDLE).is_file(),
            "npm ci --prefix tools/book/latex")
     return path

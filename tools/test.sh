@@ -43,7 +43,7 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
     else
         echo "skipped: chromium is not installed (apt-get install chromium)"
     fi
-elif ! "$PY" -c "import sphinx, myst_nb, sphinx_book_theme, websocket" 2>/dev/null; then
+elif ! "$PY" -c "import sphinx, myst_nb, sphinx_book_theme, playwright" 2>/dev/null; then
     if [ "${CI:-}" = "true" ]; then
         echo "FAILED: the book's packages are missing (pip install -r requirements-book.txt)"
         status=1

@@ -6,8 +6,8 @@ Usage::
     python tools/book/check_book.py [SITE_DIR]       # default: _build/html
 
 Each page is opened from disk (``file://``, as a reader who double-clicks ``index.html`` would)
-in Debian's ``chromium``, driven through the DevTools protocol. The check fails, naming the
-page and the element, when:
+in Debian's ``chromium``, driven by Playwright through the DevTools protocol. The check
+fails, naming the page and the element, when:
 
 - MathJax shows an error (an ``mjx-merror`` element), fails to start, or leaves raw TeX
   (``$...$``, ``$$``, ``\\(``, ``\\[``, ``\\begin{...}``) visible in the text outside code;
@@ -33,14 +33,11 @@ Exit status: 0 every page passes, 1 some problem (listed), 2 Chromium or the sit
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -53,10 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 BROWSERS = ("chromium", "chromium-browser")
-CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-extensions", "--mute-audio", "--remote-debugging-port=0",
+CHROMIUM_FLAGS = (  # on top of Playwright's own (headless, a fresh profile, no first run)
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-extensions", "--mute-audio",
 )
 VIEWPORT = (1280, 900)
 PAGE_TIMEOUT_S = 60.0
@@ -102,95 +98,64 @@ def find_chromium(explicit: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# A minimal DevTools-protocol client: one websocket to the browser, one page session.
+# The browser, driven by Playwright (a maintained client): it starts the system Chromium and
+# gives a DevTools-protocol session on one page, through which every check below reads the
+# same protocol events (requests, failed loads, exceptions, console and log entries).
+
+# The protocol events the checks read (see `_event_problems`).
+EVENTS = (
+    "Network.requestWillBeSent", "Network.loadingFailed", "Runtime.exceptionThrown",
+    "Runtime.consoleAPICalled", "Log.entryAdded",
+)
 
 
 class DevTools:
-    """Chromium started headless with a fresh profile; commands and events over CDP."""
+    """Chromium started headless with a fresh profile; one page, its protocol events kept."""
 
     def __init__(self, executable: str, width: int = VIEWPORT[0], height: int = VIEWPORT[1]):
-        import websocket  # websocket-client, pinned in requirements-book.txt
+        from playwright.sync_api import sync_playwright  # pinned in requirements-book.txt
 
-        self._profile = tempfile.mkdtemp(prefix="check-book-chromium-")
-        self._log = open(Path(self._profile) / "chromium.log", "wb")  # noqa: SIM115
-        self._proc = subprocess.Popen(
-            [executable, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-        )
+        self._playwright = sync_playwright().start()
+        self._browser = None
         try:
-            port_file = Path(self._profile) / "DevToolsActivePort"
-            deadline = time.monotonic() + 30
-            while not (port_file.is_file() and len(port_file.read_text().splitlines()) >= 2):
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Chromium did not start:\n{self._chromium_log()}")
-                time.sleep(0.05)
-            port, path = port_file.read_text().splitlines()[:2]
-            self._ws = websocket.create_connection(
-                f"ws://127.0.0.1:{port}{path}", suppress_origin=True, timeout=PAGE_TIMEOUT_S)
-            self._next_id = 0
+            self._browser = self._playwright.chromium.launch(
+                executable_path=executable, args=list(CHROMIUM_FLAGS),
+                # a reader's window has a scrollbar, which narrows the page: keep it
+                ignore_default_args=["--hide-scrollbars"], timeout=PAGE_TIMEOUT_S * 1000,
+            )
+            context = self._browser.new_context(viewport={"width": width, "height": height})
+            self._page = context.new_page()
+            self._page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+            self._cdp = context.new_cdp_session(self._page)
             self.events: list[dict] = []
-            target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)
-            attached = self.send("Target.attachToTarget",
-                                 {"targetId": target["targetId"], "flatten": True}, session=False)
-            self._session = attached["sessionId"]
+            for name in EVENTS:
+                self._cdp.on(name, self._keeper(name))
             for domain in ("Page", "Runtime", "Log", "Network"):
                 self.send(f"{domain}.enable")
             # Nothing leaves the machine: requests outside the site are blocked (and reported).
             self.send("Network.setBlockedURLs", {"urls": ["http://*", "https://*", "ws://*",
                                                           "wss://*", "ftp://*"]})
-            self.send("Emulation.setDeviceMetricsOverride", {
-                "width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
         except BaseException:
             self.close()
             raise
 
-    def _chromium_log(self) -> str:
-        self._log.flush()
-        return (Path(self._profile) / "chromium.log").read_text(errors="replace")[-2000:]
+    def _keeper(self, name: str):
+        return lambda params: self.events.append({"method": name, "params": params})
 
-    def send(self, method: str, params: dict | None = None, *, session: bool = True,
-             timeout: float = PAGE_TIMEOUT_S) -> dict:
-        """Send one command and return its result; events that arrive meanwhile are kept."""
-        self._next_id += 1
-        message = {"id": self._next_id, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = self._session
-        self._ws.send(json.dumps(message))
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self._receive(deadline, method)
-            if reply.get("id") == self._next_id:
-                if "error" in reply:
-                    raise RuntimeError(f"{method}: {reply['error'].get('message')}")
-                return reply.get("result", {})
-            self.events.append(reply)
-
-    def wait_for(self, event: str, timeout: float = PAGE_TIMEOUT_S) -> dict:
-        """Wait until ``event`` arrives (or has arrived since the last `take_events`)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for message in self.events:
-                if message.get("method") == event:
-                    return message
-            self.events.append(self._receive(deadline, event))
-
-    def _receive(self, deadline: float, waiting_for: str) -> dict:
-        self._ws.settimeout(max(0.01, deadline - time.monotonic()))
-        try:
-            return json.loads(self._ws.recv())
-        except Exception as exc:  # a timeout or a closed socket: say what we waited for
-            raise RuntimeError(f"no answer from Chromium to {waiting_for}: {exc!r}") from exc
+    def send(self, method: str, params: dict | None = None) -> dict:
+        """Send one protocol command and return its result; events that arrive meanwhile
+        are kept."""
+        return self._cdp.send(method, params or {})
 
     def take_events(self) -> list[dict]:
         events, self.events = self.events, []
         return events
 
-    def evaluate(self, expression: str, timeout: float = PAGE_TIMEOUT_S):
+    def evaluate(self, expression: str):
         """Evaluate a JS expression (awaiting a promise) and return its JSON value."""
         result = self.send("Runtime.evaluate", {
             "expression": expression, "awaitPromise": True, "returnByValue": True,
-        }, timeout=timeout)
+        })
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             text = details.get("exception", {}).get("description") or details.get("text")
@@ -199,29 +164,21 @@ class DevTools:
 
     def open(self, url: str) -> None:
         """Navigate and wait for the load event."""
+        from playwright.sync_api import Error
+
         self.take_events()
-        reply = self.send("Page.navigate", {"url": url})
-        if reply.get("errorText"):
-            raise RuntimeError(f"cannot open {url}: {reply['errorText']}")
-        self.wait_for("Page.loadEventFired")
+        try:
+            self._page.goto(url, wait_until="load")
+        except Error as exc:
+            raise RuntimeError(f"cannot open {url}: {exc.message.splitlines()[0]}") from exc
 
     def screenshot(self, path: Path) -> None:
-        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
-        path.write_bytes(base64.b64decode(data))
+        self._page.screenshot(path=path)
 
     def close(self) -> None:
-        ws = getattr(self, "_ws", None)
-        if ws is not None:
-            ws.close()
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._log.close()
-        shutil.rmtree(self._profile, ignore_errors=True)
+        if self._browser is not None:
+            self._browser.close()
+        self._playwright.stop()
 
     def __enter__(self) -> DevTools:
         return self
