@@ -7,6 +7,7 @@ a size is expected (`True` is an `int` in Python, but never a meaningful size).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -145,7 +146,7 @@ def check_mask(mask: object, scores_shape: Sequence[int] | torch.Size, name: str
     """
     scores_shape = torch.Size(scores_shape)
     check_bool_mask(mask, name)
-    assert isinstance(mask, Tensor)  # for the type checker: check_bool_mask has ensured it
+    mask = cast(Tensor, mask)
     if mask.dim() > len(scores_shape):
         raise ValueError(
             f"{name} has {mask.dim()} dims {tuple(mask.shape)}, more than the attention scores "

@@ -474,9 +474,6 @@ class Transformer(nn.Module):
         `src_mask` defaults to `self.make_src_mask(src)` (padding).
         """
         check_tokens(src, self.config.src_vocab_size, self.config.max_len, "src")
-        return self._encode(src, src_mask)
-
-    def _encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
         if src_mask is None:
             src_mask = self.make_src_mask(src)
         return self.encoder(self.src_embed(src), src_mask)
@@ -511,21 +508,10 @@ class Transformer(nn.Module):
             raise ValueError(f"cache must be a KVCache (from init_cache()), got {cache!r}")
         offset = 0 if cache is None else cache.length
         check_tokens(tgt, self.config.tgt_vocab_size, self.config.max_len, "tgt", offset)
-        return self._decode(tgt, memory, tgt_mask, memory_mask, cache)
-
-    def _decode(
-        self,
-        tgt: Tensor,
-        memory: Tensor,
-        tgt_mask: Tensor | None,
-        memory_mask: Tensor | None,
-        cache: KVCache | None,
-    ) -> Tensor:
         if cache is None:
             if tgt_mask is None:
                 tgt_mask = self.make_tgt_mask(tgt)
             return self.decoder(self.tgt_embed(tgt), memory, tgt_mask, memory_mask)
-        offset = cache.length
         x = self.tgt_embed(tgt, offset=offset)
         if tgt_mask is None:
             tgt_mask = causal_mask(tgt.shape[1], device=tgt.device, offset=offset)
@@ -544,18 +530,13 @@ class Transformer(nn.Module):
 
         `tgt` is the decoder input (the target shifted right, starting with BOS); logits at
         position t predict target token t + 1. Masks default to those built from `pad_id`.
+        `encode` and `decode` check the inputs (a `tgt` of another batch size than `src`
+        meets a memory of another batch size).
         """
-        check_tokens(src, self.config.src_vocab_size, self.config.max_len, "src")
-        check_tokens(tgt, self.config.tgt_vocab_size, self.config.max_len, "tgt")
-        if src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"src and tgt must have the same batch size, got src {tuple(src.shape)} "
-                f"and tgt {tuple(tgt.shape)}"
-            )
+        memory = self.encode(src, src_mask)  # checks src first, so errors name it
         if src_mask is None:
-            src_mask = self.make_src_mask(src)
-        memory = self._encode(src, src_mask)
-        return self.generator(self._decode(tgt, memory, tgt_mask, src_mask, None))
+            src_mask = self.make_src_mask(src)  # the mask encode used, for cross-attention
+        return self.generator(self.decode(tgt, memory, tgt_mask, src_mask))
 
 
 # --------------------------------------------------------------------------------------------
