@@ -189,16 +189,19 @@ def report(chromium, fixture_site, tmp_path_factory):
     return check_site(fixture_site, browser=chromium, screenshots=shots)
 
 
+@pytest.mark.slow
 def test_every_page_is_opened(report):
     assert set(report.pages) == {"index.html", "good.html", *(f"{n}.html" for n in FAULTS)}
     assert report.formulas >= 4  # the clean page's two and the broken page's two
 
 
+@pytest.mark.slow
 def test_clean_pages_pass(report):
     clean = [p for p in report.problems if p.page in ("index.html", "good.html")]
     assert clean == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FAULTS))
 def test_each_planted_fault_is_named_by_page_and_element(report, name):
     _, elements, messages = FAULTS[name]
@@ -209,15 +212,18 @@ def test_each_planted_fault_is_named_by_page_and_element(report, name):
             + "\n".join(map(str, found)))
 
 
+@pytest.mark.slow
 def test_only_the_wide_cells_are_reported(report):
     wide = [p.element for p in report.problems if p.page == "wide_code.html"]
     assert len(wide) == 2 and not any("cell 0" in e or "cell 1" in e for e in wide), wide
 
 
+@pytest.mark.slow
 def test_the_faults_stay_on_their_pages(report):
     assert {p.page for p in report.problems} == {f"{n}.html" for n in FAULTS}
 
 
+@pytest.mark.slow
 def test_screenshot_of_the_notebook_page(report):
     assert [s.name for s in report.screenshots] == ["figures_missing_figure.png",
                                                      "maths_missing_figure.png"]

@@ -101,6 +101,7 @@ def test_grid_has_one_panel_per_head():
     assert axes[0, 0].get_ylabel() == "query" and axes[0, 0].get_xlabel() == "key"
 
 
+@pytest.mark.slow
 def test_grid_of_layers_by_heads():
     weights = torch.softmax(torch.randn(2, 3, 4, 5), dim=-1)
     fig, axes = plot_attention_grid(weights, row_titles=["enc 1", "enc 2"])

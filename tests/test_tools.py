@@ -127,6 +127,7 @@ def run_nbval(path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("stored", "verdict"),
     [
@@ -164,6 +165,7 @@ def test_malformed_notebooks_and_empty_cells_are_reported_not_crashed_on(tmp_pat
     assert problems == [f"{tmp_path / 'empty.ipynb'}: cell 3: empty code cell (delete it)"]
 
 
+@pytest.mark.slow
 def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
     import shutil
 
@@ -183,6 +185,7 @@ def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
     assert again.returncode == 2
 
 
+@pytest.mark.slow
 def test_make_figures_writes_the_architecture_the_same_way_twice(tmp_path):
     from make_figures import make_figures
 
