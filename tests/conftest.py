@@ -1,15 +1,14 @@
 """Shared test set-up: a non-interactive matplotlib backend and a seeded, one-thread torch."""
 
 import matplotlib
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-matplotlib.use("Agg")  # before pyplot is imported anywhere: tests never open windows
+import utils
+from utils.layers import LayerNorm
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import utils  # noqa: E402
-from utils.layers import LayerNorm  # noqa: E402
+matplotlib.use("Agg")  # tests never open windows (switches pyplot too)
 
 
 @pytest.fixture(autouse=True)

@@ -86,13 +86,13 @@ def test_bad_arguments(tok):
 
 def test_merges_are_in_training_order(tok):
     merges = tok.merges
-    alphabet = {ch for t in TEXTS for ch in " ".join(t.split()).replace(" ", "\u2581")} | {
-        "\u2581"}
+    alphabet = {ch for t in TEXTS for ch in " ".join(t.split()).replace(" ", "\u2581")} | {"\u2581"}
     # every merge adds one entry: specials + characters + merges fill the vocabulary
     assert len(merges) == tok.vocab_size - len(SPECIAL_TOKENS) - len(alphabet)
     vocab = tok.tokenizer.get_vocab()
-    assert all(vocab[a + b] == len(SPECIAL_TOKENS) + len(alphabet) + k
-               for k, (a, b) in enumerate(merges))
+    assert all(
+        vocab[a + b] == len(SPECIAL_TOKENS) + len(alphabet) + k for k, (a, b) in enumerate(merges)
+    )
 
 
 def test_first_merge_is_the_most_frequent_pair(tok):

@@ -30,8 +30,10 @@ def test_unseen_character_is_a_clear_error() -> None:
         vocab.encode("a z")
 
 
-@pytest.mark.parametrize("bad", [torch.tensor([0, 4]), [0, -1], torch.zeros(2, 2, dtype=torch.long),
-                                 torch.tensor([0.0]), "ab"])
+@pytest.mark.parametrize(
+    "bad",
+    [torch.tensor([0, 4]), [0, -1], torch.zeros(2, 2, dtype=torch.long), torch.tensor([0.0]), "ab"],
+)
 def test_bad_ids_are_rejected(bad) -> None:
     with pytest.raises(ValueError, match="ids must"):
         CharVocab("abc ").decode(bad)
@@ -63,8 +65,9 @@ def test_longest_shared_substring_agrees_with_an_exhaustive_search() -> None:
     for _ in range(20):
         text = "".join(alphabet[i] for i in torch.randint(0, 4, (12,), generator=g).tolist())
         ref = "".join(alphabet[i] for i in torch.randint(0, 4, (40,), generator=g).tolist())
-        every = [text[i:j] for i in range(len(text)) for j in range(i, len(text) + 1)
-                 if text[i:j] in ref]
+        every = [
+            text[i:j] for i in range(len(text)) for j in range(i, len(text) + 1) if text[i:j] in ref
+        ]
         assert len(longest_shared_substring(text, ref)) == max(map(len, every))
         assert longest_shared_substring(text, ref) in ref
 

@@ -40,30 +40,48 @@ def chromium():
     except BrowserMissing:
         path = None
     _needs("chromium", path is not None, "apt-get install chromium")
-    _needs("playwright", importlib.util.find_spec("playwright") is not None,
-           "pip install -r requirements-book.txt")
-    _needs("mathjax-full", (MATHJAX / build_book.MATHJAX_BUNDLE).is_file(),
-           "npm ci --prefix tools/book/latex")
+    _needs(
+        "playwright",
+        importlib.util.find_spec("playwright") is not None,
+        "pip install -r requirements-book.txt",
+    )
+    _needs(
+        "mathjax-full",
+        (MATHJAX / build_book.MATHJAX_BUNDLE).is_file(),
+        "npm ci --prefix tools/book/latex",
+    )
     return path
 
 
 def png(width: int = 4, height: int = 3) -> bytes:
     """A tiny valid grey PNG."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
+
     rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0,
-                                                                0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
-def page(body: str, notebook: str | None = None,
-         mathjax: str = f"_mathjax/{build_book.MATHJAX_BUNDLE}") -> str:
+def page(
+    body: str, notebook: str | None = None, mathjax: str = f"_mathjax/{build_book.MATHJAX_BUNDLE}"
+) -> str:
     links = ""
     if notebook:  # what the book theme puts in a notebook page's header
-        links = (f'<a href="{REPO_URL.replace("https://github.com", "https://colab.research.google.com/github")}'
-                 f'/blob/main/{notebook}">Colab</a> <a href="_sources/{notebook}">.ipynb</a>')
+        links = (
+            f'<a href="{REPO_URL.replace("https://github.com", "https://colab.research.google.com/github")}'
+            f'/blob/main/{notebook}">Colab</a> <a href="_sources/{notebook}">.ipynb</a>'
+        )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>fixture</title>
 <script>window.MathJax = {json.dumps(MATHJAX_CONFIG)};</script>
@@ -96,7 +114,7 @@ FAULTS = {
     # page name: (body, the problem's expected element, the expected message)
     "broken_formula": (
         '<section id="s"><h2>Maths</h2><p>Broken: <span class="math notranslate nohighlight">'
-        "\\(x^2^3\\)</span> and <span class=\"math notranslate nohighlight\">"
+        '\\(x^2^3\\)</span> and <span class="math notranslate nohighlight">'
         "\\(\\notamacro{1}\\)</span></p></section>",
         ['formula "x^2^3"', 'formula "\\notamacro{1}"'],
         ["MathJax error: Double exponent", "MathJax error: Undefined control sequence"],
@@ -110,8 +128,11 @@ FAULTS = {
     "mathjax_missing": (  # a wrong path to MathJax: every formula stays raw
         '<p id="f">Inline <span class="math notranslate nohighlight">\\(x^2\\)</span>.</p>',
         ["MathJax", "resource file://", '<span.math.notranslate> in page: "\\(x^2\\)"'],
-        ["did not typeset the page (not loaded)", "failed to load: net::ERR_FILE_NOT_FOUND",
-         'raw "\\(" or "\\[" delimiters'],
+        [
+            "did not typeset the page (not loaded)",
+            "failed to load: net::ERR_FILE_NOT_FOUND",
+            'raw "\\(" or "\\[" delimiters',
+        ],
     ),
     "missing_image": (
         '<p><img id="gone" src="images/nothere.png" alt="lost"></p>',
@@ -127,15 +148,19 @@ FAULTS = {
         '<p><a id="a1" href="nowhere.html">gone</a> <a id="a2" href="good.html#no-such-anchor">'
         "moved</a></p>",
         ["link 'nowhere.html' (<a#a1>", "link 'good.html#no-such-anchor' (<a#a2>"],
-        ["points to a missing page: nowhere.html",
-         "points to anchor #no-such-anchor, which good.html does not have"],
+        [
+            "points to a missing page: nowhere.html",
+            "points to anchor #no-such-anchor, which good.html does not have",
+        ],
     ),
     "js_error": (
         "<p>Hi</p><script>window.noSuchFunction();</script>"
         "<script>console.error('planted failure');</script>",
         ["script file://", "console"],
-        ["JavaScript error: TypeError: window.noSuchFunction is not a function",
-         "JavaScript logged an error: planted failure"],
+        [
+            "JavaScript error: TypeError: window.noSuchFunction is not a function",
+            "JavaScript logged an error: planted failure",
+        ],
     ),
     "wide_code": (  # cells 2 and 3 need a sideways scroll; the folded cell 0 does not count
         "<style>pre { overflow-x: auto; width: 300px; font: 12px monospace; }</style>"
@@ -158,8 +183,9 @@ FAULTS = {
 
 
 def notebook_with_figures(n_figures: int):
-    figure = new_output("display_data", data={"image/png": "iVBORw0KGgo=",
-                                              "text/plain": "<Figure>"})
+    figure = new_output(
+        "display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
+    )
     cell = new_code_cell("plot()", execution_count=1, outputs=[figure] * n_figures)
     return new_notebook(cells=[new_markdown_cell("# Fixture"), cell])
 
@@ -208,8 +234,8 @@ def test_each_planted_fault_is_named_by_page_and_element(report, name):
     found = [p for p in report.problems if p.page == f"{name}.html"]
     for element, message in zip(elements, messages, strict=True):
         assert any(element in p.element and message in p.message for p in found), (
-            f"expected {element!r}: {message!r} on {name}.html, got:\n"
-            + "\n".join(map(str, found)))
+            f"expected {element!r}: {message!r} on {name}.html, got:\n" + "\n".join(map(str, found))
+        )
 
 
 @pytest.mark.slow
@@ -225,8 +251,10 @@ def test_the_faults_stay_on_their_pages(report):
 
 @pytest.mark.slow
 def test_screenshot_of_the_notebook_page(report):
-    assert [s.name for s in report.screenshots] == ["figures_missing_figure.png",
-                                                     "maths_missing_figure.png"]
+    assert [s.name for s in report.screenshots] == [
+        "figures_missing_figure.png",
+        "maths_missing_figure.png",
+    ]
     assert all(s.read_bytes().startswith(b"\x89PNG") for s in report.screenshots)
 
 
@@ -249,11 +277,14 @@ def test_missing_browser_exits_2(tmp_path, capsys):
 
 
 def test_landing_page_points_links_outside_the_site_to_the_repository():
-    readme = ("# T\n\nSee [utils](utils/) and [a tool](tools/book/book.py), "
-              "[nb](notebooks/00_x.ipynb), [web](https://x.org) and ![f](figures/a.png).\n\n"
-              "## Quickstart\n\nnot on the landing page\n")
-    text = build_book._landing_page(readme, {"notebooks/00_x.ipynb", "figures/a.png"},
-                                    ["notebooks/00_x"])
+    readme = (
+        "# T\n\nSee [utils](utils/) and [a tool](tools/book/book.py), "
+        "[nb](notebooks/00_x.ipynb), [web](https://x.org) and ![f](figures/a.png).\n\n"
+        "## Quickstart\n\nnot on the landing page\n"
+    )
+    text = build_book._landing_page(
+        readme, {"notebooks/00_x.ipynb", "figures/a.png"}, ["notebooks/00_x"]
+    )
     assert f"[utils]({REPO_URL}/tree/main/utils)" in text
     assert f"[a tool]({REPO_URL}/blob/main/tools/book/book.py)" in text
     assert "[nb](notebooks/00_x.ipynb)" in text and "![f](figures/a.png)" in text
@@ -264,8 +295,11 @@ def test_landing_page_points_links_outside_the_site_to_the_repository():
 
 def test_notebook_links_to_repository_files_go_to_the_repository():
     staged = {"notebooks/03_attention.ipynb"}
-    text = build_book.relink("[a](../utils/attention.py#L3), [b](03_attention.ipynb#x), "
-                             "[c](../no/such/file.py)", "notebooks", staged)
+    text = build_book.relink(
+        "[a](../utils/attention.py#L3), [b](03_attention.ipynb#x), [c](../no/such/file.py)",
+        "notebooks",
+        staged,
+    )
     assert f"[a]({REPO_URL}/blob/main/utils/attention.py#L3)" in text
     assert "[b](03_attention.ipynb#x)" in text  # a page of the site
     assert "[c](../no/such/file.py)" in text  # dead: left for Sphinx to report

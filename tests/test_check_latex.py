@@ -80,8 +80,11 @@ def _needs(what: str, available: bool, install: str) -> None:
 @pytest.fixture(scope="module")
 def tool_available():
     _needs("Node.js", shutil.which("node") is not None, "install Node 20")
-    _needs("mathjax-full", (check_latex.LATEX_DIR / "node_modules" / "mathjax-full").is_dir(),
-           check_latex.INSTALL_HINT)
+    _needs(
+        "mathjax-full",
+        (check_latex.LATEX_DIR / "node_modules" / "mathjax-full").is_dir(),
+        check_latex.INSTALL_HINT,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -50,9 +50,9 @@ def test_verse_pairs_hold_no_markup(pairs):
     assert len(text.split("\n")) == 2 * len(pairs)  # no newline inside a verse
     for mark in ("<", ">", "\\", "\t", "¶", "  ", "\n ", " \n"):  # tags, USFM, spacing
         at = text.find(mark)
-        assert at < 0, (mark, text[max(0, at - 60):at + 60])
+        assert at < 0, (mark, text[max(0, at - 60) : at + 60])
     strongs = re.search(r"[HG]\d", text)  # Strong's numbers: H1234, G1234
-    assert strongs is None, text[max(0, strongs.start() - 60):strongs.end() + 60]
+    assert strongs is None, text[max(0, strongs.start() - 60) : strongs.end() + 60]
 
 
 def test_verse_pairs_sides_are_spanish_and_english(pairs):
@@ -114,12 +114,14 @@ def test_loaders_explain_a_missing_or_broken_file(tmp_path):
 
 
 def test_clean_osis_keeps_words_and_drops_markup():
-    raw = ('<div type="x-milestone" subType="x-preverse" sID="pv1"/><title canonical="true" '
-           'type="psalm">A <w lemma="strong:H4210">Psalm</w>.</title> <title type="section">'
-           'Heading</title><q marker="" who="Jesus">¶ <w lemma="strong:G1063">For</w> '
-           '<divineName>\\nd <w lemma="strong:H3068">LORD</w></divineName>\\+nd*<note '
-           'placement="foot">a note G1234</note> &amp; <w>hear</w><transChange type="added">'
-           'ye</transChange><w>it</w> ,</q> <div eID="b1" type="book"/> glossary after the book')
+    raw = (
+        '<div type="x-milestone" subType="x-preverse" sID="pv1"/><title canonical="true" '
+        'type="psalm">A <w lemma="strong:H4210">Psalm</w>.</title> <title type="section">'
+        'Heading</title><q marker="" who="Jesus">¶ <w lemma="strong:G1063">For</w> '
+        '<divineName>\\nd <w lemma="strong:H3068">LORD</w></divineName>\\+nd*<note '
+        'placement="foot">a note G1234</note> &amp; <w>hear</w><transChange type="added">'
+        'ye</transChange><w>it</w> ,</q> <div eID="b1" type="book"/> glossary after the book'
+    )
     assert clean_osis(raw) == "A Psalm. For LORD & hear ye it,"
 
 
@@ -133,14 +135,35 @@ def test_soften_opening_capitals():
 
 
 def test_convert_play_drops_directions_and_mends_split_names():
-    markdown = "\n".join([
-        "# A Play", "", "## ACT I", "", "### SCENE I. A heath.", "",
-        "_Enter two_", "", "**FIRST**  ", "_\\[Aside]_  ", "Hail, friend\\--and well met.  ",
-        "No, no; he'll __\\[ ]_  ", "", "_Exit SECOND, with",
-        "attendants_", "", "Who comes here?", "BISHOP", "", "**OF ELY**  ", "Peace.", "",
-    ])
+    markdown = "\n".join(
+        [
+            "# A Play",
+            "",
+            "## ACT I",
+            "",
+            "### SCENE I. A heath.",
+            "",
+            "_Enter two_",
+            "",
+            "**FIRST**  ",
+            "_\\[Aside]_  ",
+            "Hail, friend\\--and well met.  ",
+            "No, no; he'll __\\[ ]_  ",
+            "",
+            "_Exit SECOND, with",
+            "attendants_",
+            "",
+            "Who comes here?",
+            "BISHOP",
+            "",
+            "**OF ELY**  ",
+            "Peace.",
+            "",
+        ]
+    )
     speeches = convert_play(markdown)
-    assert speeches == [("FIRST", ["Hail, friend--and well met.", "No, no; he'll",
-                                   "Who comes here?"]),
-                        ("BISHOP OF ELY", ["Peace."])]
+    assert speeches == [
+        ("FIRST", ["Hail, friend--and well met.", "No, no; he'll", "Who comes here?"]),
+        ("BISHOP OF ELY", ["Peace."]),
+    ]
     assert to_text(speeches).startswith("FIRST:\nHail, friend--and well met.\n")

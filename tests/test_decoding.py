@@ -29,7 +29,14 @@ BOS, EOS, PAD = 1, 2, 0
 def tiny_model(seed: int = 0, vocab: int = 12, fused: bool = False, **overrides) -> Transformer:
     torch.manual_seed(seed)
     config = TransformerConfig(
-        vocab, vocab, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=40, fused=fused,
+        vocab,
+        vocab,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=2,
+        max_len=40,
+        fused=fused,
         **overrides,
     )
     model = Transformer(config).eval()
@@ -238,8 +245,7 @@ def test_beam_search_stops_on_the_best_score_not_the_best_log_probability() -> N
     # -1.817 / 2.1205 = -0.857: below the best score, above the other. The search stops there
     # (4 scorer calls) only if its stopping test ranks the finished hypotheses by score.
     a_likely = [TINY, TINY, TINY, 0.95, 0.05]
-    steps = [a_likely, [TINY, TINY, 0.3873, 0.6, 0.0127], a_likely,
-             [TINY, TINY, 0.627, 0.3, 0.073]]
+    steps = [a_likely, [TINY, TINY, 0.3873, 0.6, 0.0127], a_likely, [TINY, TINY, 0.627, 0.3, 0.073]]
     scorer = StepScorer(steps)
     [[best]] = beam_search(scorer, bos(1), beam_size=2, max_len=1 + 16, eos_id=EOS)
     assert best.tokens == [3, 3, 3, EOS]
@@ -301,12 +307,17 @@ def test_sampling_is_reproducible_with_a_seeded_rng_and_low_temperature_is_greed
     src = sources()
     with evaluation(model):
         runs = [
-            sample(Seq2SeqScorer(model, src), bos(4), 12, EOS,
-                   rng=torch.Generator().manual_seed(7))
+            sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, rng=torch.Generator().manual_seed(7))
             for _ in range(2)
         ]
-        cold = sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, temperature=1e-4,
-                      rng=torch.Generator().manual_seed(7))
+        cold = sample(
+            Seq2SeqScorer(model, src),
+            bos(4),
+            12,
+            EOS,
+            temperature=1e-4,
+            rng=torch.Generator().manual_seed(7),
+        )
         greedy = greedy_search(Seq2SeqScorer(model, src), bos(4), 12, EOS)
     assert torch.equal(runs[0], runs[1])
     assert torch.equal(cold, greedy)
@@ -375,8 +386,14 @@ def test_greedy_and_sampling_share_one_loop() -> None:
     src = sources()
     with evaluation(model):
         greedy = greedy_search(Seq2SeqScorer(model, src), bos(4), 12, EOS)
-        drawn = sample(Seq2SeqScorer(model, src), bos(4), 12, EOS, top_k=1,
-                       rng=torch.Generator().manual_seed(0))
+        drawn = sample(
+            Seq2SeqScorer(model, src),
+            bos(4),
+            12,
+            EOS,
+            top_k=1,
+            rng=torch.Generator().manual_seed(0),
+        )
     assert torch.equal(drawn, greedy)
 
 

@@ -135,8 +135,16 @@ def test_learned_positions_start_at_the_sinusoids_scale_in_the_module_and_the_mo
     )
     assert 0.3 < share.item() < 0.37
     # The model's (re-)initialisation keeps that scale.
-    config = TransformerConfig(src_vocab_size=11, tgt_vocab_size=11, d_model=32, n_heads=4,
-                               d_ff=64, n_layers=1, max_len=2000, positional="learned")
+    config = TransformerConfig(
+        src_vocab_size=11,
+        tgt_vocab_size=11,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=1,
+        max_len=2000,
+        positional="learned",
+    )
     model = Transformer(config)
     for embed in (model.src_embed, model.tgt_embed):
         ms = embed.position.embedding.weight.pow(2).mean().item()

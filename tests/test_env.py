@@ -39,7 +39,6 @@ def test_get_device_is_a_torch_device():
     assert isinstance(utils.get_device(), torch.device)
 
 
-
 def test_fmt_formats_numbers_and_sequences() -> None:
     import numpy as np
     import pytest

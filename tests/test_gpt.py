@@ -41,8 +41,15 @@ def test_generation_with_and_without_cache_is_identical_beyond_the_context() -> 
     model = tiny_gpt()
     prompt = torch.tensor([[1, 2, 3]])
     runs = [
-        generate(model, prompt, 30, temperature=0.8, top_k=5, use_cache=use_cache,
-                 rng=torch.Generator().manual_seed(0))
+        generate(
+            model,
+            prompt,
+            30,
+            temperature=0.8,
+            top_k=5,
+            use_cache=use_cache,
+            rng=torch.Generator().manual_seed(0),
+        )
         for use_cache in (True, False)
     ]
     assert runs[0].shape == (1, 33)  # longer than the context of 12: the window slides

@@ -65,8 +65,10 @@ def test_to_torch_conventions_flip():
         (lambda: combine_masks(torch.ones(2, 2)), "bool tensor"),
         (lambda: combine_masks(causal_mask(3), causal_mask(4)), "must broadcast together"),
         (lambda: to_torch_key_padding_mask(causal_mask(3)[None, None]), r"\(B, 1, 1, S\)"),
-        (lambda: to_torch_attn_mask(target_mask(torch.ones(2, 3, dtype=torch.long), PAD)),
-         r"attn_mask is \(T, S\) or \(B\*h, T, S\), got shape \(2, 1, 3, 3\)"),
+        (
+            lambda: to_torch_attn_mask(target_mask(torch.ones(2, 3, dtype=torch.long), PAD)),
+            r"attn_mask is \(T, S\) or \(B\*h, T, S\), got shape \(2, 1, 3, 3\)",
+        ),
     ],
 )
 def test_bad_input(call, match):

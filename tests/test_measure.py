@@ -29,8 +29,11 @@ def test_interleaved_returns_each_functions_median_in_order():
 
 @pytest.mark.parametrize(
     ("fns", "repeats", "message"),
-    [([], 2, "fns must be a non-empty sequence"), ([print], 0, "repeats must be a positive int"),
-     ([print, 3], 2, "fns must be a non-empty sequence of callables")],
+    [
+        ([], 2, "fns must be a non-empty sequence"),
+        ([print], 0, "repeats must be a positive int"),
+        ([print, 3], 2, "fns must be a non-empty sequence of callables"),
+    ],
 )
 def test_interleaved_rejects_bad_input(fns, repeats, message):
     with pytest.raises(ValueError, match=message):
@@ -39,8 +42,9 @@ def test_interleaved_rejects_bad_input(fns, repeats, message):
 
 def event(start: int, self_bytes: int) -> SimpleNamespace:
     """A stand-in for a profiler event: when it started and what it allocated (+) or freed (-)."""
-    return SimpleNamespace(time_range=SimpleNamespace(start=start),
-                           self_cpu_memory_usage=self_bytes)
+    return SimpleNamespace(
+        time_range=SimpleNamespace(start=start), self_cpu_memory_usage=self_bytes
+    )
 
 
 def test_peak_cpu_bytes_replays_allocations_in_start_order():
@@ -50,8 +54,9 @@ def test_peak_cpu_bytes_replays_allocations_in_start_order():
 
 
 def test_peak_cpu_bytes_sees_a_real_allocation():
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                profile_memory=True) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
         x = torch.ones(256, 1024)  # 1 MiB of float32
         del x
     assert peak_cpu_bytes(prof) >= 2**20

@@ -12,8 +12,16 @@ from utils.model import Transformer, TransformerConfig
 from utils.parallel import run_parallel
 from utils.training import seq2seq_loss, train
 
-TINY = TransformerConfig(src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2, d_ff=32,
-                         n_layers=1, dropout=0.0, max_len=32)
+TINY = TransformerConfig(
+    src_vocab_size=12,
+    tgt_vocab_size=12,
+    d_model=16,
+    n_heads=2,
+    d_ff=32,
+    n_layers=1,
+    dropout=0.0,
+    max_len=32,
+)
 
 
 def test_run_parallel_gives_the_serial_results_in_job_order():
@@ -23,8 +31,16 @@ def test_run_parallel_gives_the_serial_results_in_job_order():
 
         def run() -> tuple[str, torch.Tensor]:
             optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-            train(model, task_batches(task, 16, 12, 1, 5, seed=seed), seq2seq_loss(0.0),
-                  optimizer, steps=15, log_every=5, progress=False, device="cpu")
+            train(
+                model,
+                task_batches(task, 16, 12, 1, 5, seed=seed),
+                seq2seq_loss(0.0),
+                optimizer,
+                steps=15,
+                log_every=5,
+                progress=False,
+                device="cpu",
+            )
             return task, torch.cat([p.detach().flatten() for p in model.parameters()])
 
         return run

@@ -9,8 +9,13 @@ from utils.training import History
 
 def _history(scale: float = 1.0) -> History:
     steps = [10, 20, 30, 40]
-    return History(step=steps, loss=[scale * 2.0, scale * 1.0, scale * 0.5, scale * 0.25],
-                   lr=[1e-4, 2e-4, 1.5e-4, 1e-4], tokens_per_s=[1.0] * 4, elapsed_s=[1.0] * 4)
+    return History(
+        step=steps,
+        loss=[scale * 2.0, scale * 1.0, scale * 0.5, scale * 0.25],
+        lr=[1e-4, 2e-4, 1.5e-4, 1e-4],
+        tokens_per_s=[1.0] * 4,
+        elapsed_s=[1.0] * 4,
+    )
 
 
 def test_history_is_drawn_as_loss_and_lr_against_step():

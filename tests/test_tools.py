@@ -14,8 +14,11 @@ from execute_notebooks import clean_metadata
 
 def make_notebook(path, cells):
     nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     nbformat.write(nb, path)
     return path
 
@@ -106,8 +109,9 @@ def test_a_stored_raw_float_tensor_fails_the_hygiene_check(tmp_path):
     cells[2].outputs = [new_output("stream", name="stdout", text="tensor([1., 1., 1.])\n")]
     problems = check_notebook(make_notebook(tmp_path / "a.ipynb", cells))
     assert any("cell 2: prints a raw float tensor/array" in p for p in problems)
-    cells[2].outputs = [new_output("execute_result", execution_count=2,
-                                   data={"text/plain": "array([0.5, 0.25])"})]
+    cells[2].outputs = [
+        new_output("execute_result", execution_count=2, data={"text/plain": "array([0.5, 0.25])"})
+    ]
     problems = check_notebook(make_notebook(tmp_path / "b.ipynb", cells))
     assert any("cell 2: prints a raw float tensor/array" in p for p in problems)
 
@@ -120,10 +124,25 @@ def test_every_book_notebook_is_clean():
 
 def run_nbval(path):
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-         str(ROOT / "tools" / "book" / "nbval_sanitize.cfg"), str(path)],
-        capture_output=True, text=True, cwd=path.parent, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--nbval",
+            "--nbval-current-env",
+            "--nbval-sanitize-with",
+            str(ROOT / "tools" / "book" / "nbval_sanitize.cfg"),
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        timeout=120,
     )
 
 
@@ -172,16 +191,31 @@ def test_set_repo_url_rewrites_every_place_in_a_copy(tmp_path):
     copy = tmp_path / "book"
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(".git", "node_modules", ".venv"))
     url = "https://github.com/someone/my-fork"
-    run = subprocess.run([sys.executable, "tools/book/set_repo_url.py", url], cwd=copy,
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "tools/book/set_repo_url.py", url],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert f'REPO_URL = "{url}"' in (copy / "tools" / "book" / "book.py").read_text()
     assert "someone/my-fork/blob/main/notebooks" in (copy / "README.md").read_text()
-    check = subprocess.run([sys.executable, "tools/book/check_notebooks.py"], cwd=copy,
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [sys.executable, "tools/book/check_notebooks.py"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stdout  # every setup cell now has the new address
-    again = subprocess.run([sys.executable, "tools/book/set_repo_url.py", "not-a-url"], cwd=copy,
-                           capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        [sys.executable, "tools/book/set_repo_url.py", "not-a-url"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert again.returncode == 2
 
 
@@ -204,4 +238,3 @@ def test_no_notebook_writes_a_figure_into_the_repository():
         if cell.cell_type == "code" and "savefig(" in cell.source
     ]
     assert writers == []
-

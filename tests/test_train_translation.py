@@ -11,8 +11,14 @@ import utils.translation
 
 
 def test_tool_uses_the_recipe_of_utils_translation():
-    for name in ("split_by_chapter", "keep_by_length", "batch_stream", "translate_all",
-                 "corpus_scores", "TokenCounter"):
+    for name in (
+        "split_by_chapter",
+        "keep_by_length",
+        "batch_stream",
+        "translate_all",
+        "corpus_scores",
+        "TokenCounter",
+    ):
         assert getattr(tool, name) is getattr(utils.translation, name), name
 
 

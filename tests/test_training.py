@@ -165,8 +165,10 @@ def test_t2t_equals_fairseqs_label_smoothed_nll_formula(eps):
     ours = label_smoothing_loss(logits, target, eps, PAD, "t2t", reduction="sum")
     assert abs(ours.item() - reference.item()) < 1e-10
     # The three conventions are three different losses (for eps > 0).
-    others = [label_smoothing_loss(logits, target, eps, PAD, c, reduction="sum").item()
-              for c in ("uniform", "annotated")]
+    others = [
+        label_smoothing_loss(logits, target, eps, PAD, c, reduction="sum").item()
+        for c in ("uniform", "annotated")
+    ]
     assert all(abs(o - ours.item()) > 1e-6 for o in others)
 
 
@@ -292,8 +294,14 @@ def test_warmup_linear_decay_rejects_impossible_budgets():
 
 def tiny_transformer(vocab: int = 12) -> Transformer:
     config = TransformerConfig(
-        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=2, d_ff=64, n_layers=1,
-        dropout=0.0, max_len=32,
+        src_vocab_size=vocab,
+        tgt_vocab_size=vocab,
+        d_model=32,
+        n_heads=2,
+        d_ff=64,
+        n_layers=1,
+        dropout=0.0,
+        max_len=32,
     )
     return Transformer(config)
 
@@ -307,8 +315,13 @@ def test_tiny_transformer_overfits_one_batch():
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     start = time.perf_counter()
     history = train(
-        model, itertools.repeat(batch), seq2seq_loss(smoothing=0.0), optimizer,
-        steps=100, log_every=10, progress=False,
+        model,
+        itertools.repeat(batch),
+        seq2seq_loss(smoothing=0.0),
+        optimizer,
+        steps=100,
+        log_every=10,
+        progress=False,
     )
     seconds = time.perf_counter() - start
     assert history.final_loss < 0.05, history.loss
@@ -346,9 +359,19 @@ def test_train_logs_the_scheduled_lr_and_evaluates_in_eval_mode():
         calls.append((step, m.training, torch.is_grad_enabled()))
         return {"w": m.w.item()}
 
-    history = train(model, itertools.repeat(torch.ones(1)), square_loss, optimizer, scheduler,
-                    steps=12, log_every=1, eval_fn=eval_fn, eval_every=5, progress=False,
-                    device="cpu")
+    history = train(
+        model,
+        itertools.repeat(torch.ones(1)),
+        square_loss,
+        optimizer,
+        scheduler,
+        steps=12,
+        log_every=1,
+        eval_fn=eval_fn,
+        eval_every=5,
+        progress=False,
+        device="cpu",
+    )
     assert history.lr == pytest.approx([noam_lr(s, 16, 5) for s in range(1, 13)])
     assert [c[0] for c in calls] == [5, 10, 12]  # every 5 steps and after the last
     assert all(not training and not grad for _, training, grad in calls)
@@ -360,8 +383,16 @@ def test_train_logs_the_scheduled_lr_and_evaluates_in_eval_mode():
 def test_train_restores_the_models_mode_and_stops_on_data_time_and_nan():
     model = Counter().eval()
     sgd = torch.optim.SGD(model.parameters(), lr=0.01)
-    history = train(model, iter([torch.ones(1)] * 3), square_loss, sgd, steps=10,
-                    log_every=2, progress=False, device="cpu")
+    history = train(
+        model,
+        iter([torch.ones(1)] * 3),
+        square_loss,
+        sgd,
+        steps=10,
+        log_every=2,
+        progress=False,
+        device="cpu",
+    )
     assert (history.stop_reason, history.step) == ("data", [2, 3])
     assert not model.training
 
@@ -369,13 +400,29 @@ def test_train_restores_the_models_mode_and_stops_on_data_time_and_nan():
         time.sleep(0.02)
         return square_loss(m, batch)
 
-    history = train(model, itertools.repeat(torch.ones(1)), slow_loss, sgd, steps=10_000,
-                    max_seconds=0.1, progress=False, device="cpu")
+    history = train(
+        model,
+        itertools.repeat(torch.ones(1)),
+        slow_loss,
+        sgd,
+        steps=10_000,
+        max_seconds=0.1,
+        progress=False,
+        device="cpu",
+    )
     assert history.stop_reason == "time" and history.steps_done < 100
 
     huge = torch.optim.SGD(model.parameters(), lr=1e30)
-    history = train(model, itertools.repeat(torch.ones(1)), square_loss, huge, steps=100,
-                    log_every=5, progress=False, device="cpu")
+    history = train(
+        model,
+        itertools.repeat(torch.ones(1)),
+        square_loss,
+        huge,
+        steps=100,
+        log_every=5,
+        progress=False,
+        device="cpu",
+    )
     assert history.stop_reason == "nonfinite" and history.steps_done < 100
 
 
@@ -383,8 +430,16 @@ def test_train_clips_the_gradient_norm():
     model = Counter()
     sgd = torch.optim.SGD(model.parameters(), lr=1.0)
     before = model.w.item()
-    train(model, iter([torch.ones(1)]), square_loss, sgd, steps=1, clip_norm=0.5,
-          progress=False, device="cpu")
+    train(
+        model,
+        iter([torch.ones(1)]),
+        square_loss,
+        sgd,
+        steps=1,
+        clip_norm=0.5,
+        progress=False,
+        device="cpu",
+    )
     assert abs(model.w.item() - before) == pytest.approx(0.5)  # the gradient was 18
 
 
@@ -399,8 +454,16 @@ def test_train_syncs_with_the_device_only_at_log_steps(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "item", counting_item)
     model = Counter()
     sgd = torch.optim.SGD(model.parameters(), lr=1e-3)
-    train(model, itertools.repeat(torch.ones(1)), square_loss, sgd, steps=30, log_every=10,
-          progress=False, device="cpu")
+    train(
+        model,
+        itertools.repeat(torch.ones(1)),
+        square_loss,
+        sgd,
+        steps=30,
+        log_every=10,
+        progress=False,
+        device="cpu",
+    )
     assert len(calls) == 3
 
 
@@ -427,8 +490,9 @@ def test_history_and_train_reject_bad_input():
     with pytest.raises(ValueError, match=r"clip_norm must be a positive number, got -1"):
         train(model, batches, square_loss, sgd, steps=1, clip_norm=-1)
     with pytest.raises(ValueError, match=r"loss_fn must return a scalar tensor"):
-        train(model, batches, lambda m, b: m(b).reshape(1), sgd, steps=1, progress=False,
-              device="cpu")
+        train(
+            model, batches, lambda m, b: m(b).reshape(1), sgd, steps=1, progress=False, device="cpu"
+        )
     assert math.isnan(History().final_loss) and History().steps_done == 0
 
 

@@ -74,8 +74,16 @@ def test_shipped_model_translates_as_recorded(shipped):
 def tiny_translator():
     tok = BPETokenizer.train(["el rey de Salem", "the king of Salem"] * 3, vocab_size=40)
     config = TransformerConfig(
-        src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=16, n_heads=2,
-        d_ff=32, n_layers=1, dropout=0.0, norm_first=True, share_embeddings=True, max_len=32,
+        src_vocab_size=tok.vocab_size,
+        tgt_vocab_size=tok.vocab_size,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_layers=1,
+        dropout=0.0,
+        norm_first=True,
+        share_embeddings=True,
+        max_len=32,
     )
     torch.manual_seed(0)
     return Transformer(config).eval(), tok
@@ -146,9 +154,11 @@ def chapters(verses):
 
 def test_keep_by_length_keeps_verses_with_4_to_30_words_on_both_sides():
     long = " ".join(["palabra"] * (MAX_WORDS + 1))
-    pairs = [VersePair("Gen", 1, 1, "uno dos tres cuatro", "one two three four"),
-             VersePair("Gen", 1, 2, "uno dos tres", "one two three four"),  # Spanish too short
-             VersePair("Gen", 1, 3, "uno dos tres cuatro", long)]  # English too long
+    pairs = [
+        VersePair("Gen", 1, 1, "uno dos tres cuatro", "one two three four"),
+        VersePair("Gen", 1, 2, "uno dos tres", "one two three four"),  # Spanish too short
+        VersePair("Gen", 1, 3, "uno dos tres cuatro", long),
+    ]  # English too long
     assert keep_by_length(pairs) == pairs[:1]
     assert MIN_WORDS == 4 and MAX_WORDS == 30
 
@@ -165,7 +175,8 @@ def test_split_holds_out_whole_chapters_without_twins():
     # every verse is in one set or was dropped; the test set is cut at N_TEST
     assert len(train) + len(dev) + len(test) + n_dropped <= len(pairs)
     assert len({(p.book, p.chapter, p.verse) for p in train + dev + test}) == len(
-        train + dev + test)
+        train + dev + test
+    )
 
 
 def test_split_is_seeded():
@@ -203,7 +214,8 @@ def test_translate_all_keeps_the_order_of_its_sources():
     one_by_one = [translate_all(model, tok, [s])[0] for s in sources]
     assert translate_all(model, tok, sources, batch_size=3) == one_by_one
     assert translate_all(model, tok, sources, beam_size=2) == [
-        translate_all(model, tok, [s], beam_size=2)[0] for s in sources]
+        translate_all(model, tok, [s], beam_size=2)[0] for s in sources
+    ]
 
 
 def test_corpus_scores_are_sacrebleus_and_check_their_lengths():
@@ -212,8 +224,7 @@ def test_corpus_scores_are_sacrebleus_and_check_their_lengths():
     scores = corpus_scores(hyps, refs)
     assert scores.hyps == hyps
     assert scores.bleu == pytest.approx(bleu(hyps, refs))
-    assert scores.chrf == pytest.approx(
-        sacrebleu.metrics.CHRF().corpus_score(hyps, [refs]).score)
+    assert scores.chrf == pytest.approx(sacrebleu.metrics.CHRF().corpus_score(hyps, [refs]).score)
     assert scores.line.startswith("BLEU = ") and "tok:13a" in scores.bleu_signature
     assert corpus_scores(refs, refs).bleu == pytest.approx(100)
     with pytest.raises(ValueError, match="one reference per hypothesis"):

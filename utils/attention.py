@@ -36,8 +36,7 @@ def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() < 2:
             raise ValueError(
-                f"{name} must have at least 2 dims (..., seq, features), got shape "
-                f"{tuple(t.shape)}"
+                f"{name} must have at least 2 dims (..., seq, features), got shape {tuple(t.shape)}"
             )
         if not t.is_floating_point():
             raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")

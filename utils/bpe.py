@@ -24,6 +24,7 @@ from utils.vocab import FIRST_TOKEN_ID, SPECIAL_TOKENS
 
 WORD_MARK = "\u2581"  # "▁", marks a piece that starts a word
 
+
 class BPETokenizer:
     """A trained BPE vocabulary with the book's special ids.
 
@@ -42,9 +43,7 @@ class BPETokenizer:
         self.tokenizer = tokenizer
 
     @classmethod
-    def train(
-        cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2
-    ) -> BPETokenizer:
+    def train(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> BPETokenizer:
         """Learn a BPE vocabulary of (at most) `vocab_size` entries, specials included.
 
         Deterministic: the same texts in the same order give the same vocabulary.

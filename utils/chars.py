@@ -70,8 +70,11 @@ class CharVocab:
             raise ValueError(
                 f"ids must be a 1-D tensor or a list of ints, got {type(ids).__name__}"
             )
-        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool)
-               or not 0 <= i < len(self)]
+        bad = [
+            i
+            for i in ids
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(self)
+        ]
         if bad:
             raise ValueError(f"ids must be ints in [0, {len(self)}), got {bad[:5]!r}")
         return "".join(self.chars[i] for i in ids)

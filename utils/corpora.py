@@ -39,7 +39,8 @@ def _read_gzip_text(path: Path, regenerate: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(
             f"corpus file {path} is missing: it ships with the repository (restore it with "
-            f"`git checkout -- data/`) or can be rebuilt with `{regenerate}`")
+            f"`git checkout -- data/`) or can be rebuilt with `{regenerate}`"
+        )
     with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
         return f.read()
 
@@ -54,20 +55,25 @@ def load_parallel_verses(path: Path | str | None = None) -> list[VersePair]:
     text = _read_gzip_text(path, "python tools/data/extract_bible.py")
     lines = text.split("\n")
     if lines[0].split("\t") != _HEADER:
-        raise ValueError(f"{path}: expected the header {'<TAB>'.join(_HEADER)!r}, "
-                         f"got {lines[0][:80]!r}")
+        raise ValueError(
+            f"{path}: expected the header {'<TAB>'.join(_HEADER)!r}, got {lines[0][:80]!r}"
+        )
     if lines[-1] == "":
         lines.pop()
     pairs = []
     for number, line in enumerate(lines[1:], start=2):
         fields = line.split("\t")
         if len(fields) != 5 or not all(fields):
-            raise ValueError(f"{path}, line {number}: expected 5 non-empty tab-separated "
-                             f"fields, got {line[:80]!r}")
+            raise ValueError(
+                f"{path}, line {number}: expected 5 non-empty tab-separated "
+                f"fields, got {line[:80]!r}"
+            )
         book, chapter, verse, es, en = fields
         if not (chapter.isdigit() and verse.isdigit()):
-            raise ValueError(f"{path}, line {number}: expected chapter and verse numbers, "
-                             f"got {chapter!r} and {verse!r}")
+            raise ValueError(
+                f"{path}, line {number}: expected chapter and verse numbers, "
+                f"got {chapter!r} and {verse!r}"
+            )
         pairs.append(VersePair(book, int(chapter), int(verse), es, en))
     if not pairs:
         raise ValueError(f"{path}: expected verse pairs after the header, got none")

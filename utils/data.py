@@ -88,9 +88,7 @@ def _as_id_lists(seqs: object, name: str) -> list[list[int]]:
     if isinstance(seqs, Tensor) and seqs.dim() == 2:
         seqs = list(seqs)
     if isinstance(seqs, str | Tensor) or not isinstance(seqs, Sequence):
-        raise ValueError(
-            f"{name} must be a sequence of id sequences, got {type(seqs).__name__}"
-        )
+        raise ValueError(f"{name} must be a sequence of id sequences, got {type(seqs).__name__}")
     if len(seqs) == 0:
         raise ValueError(f"{name} must hold at least one sequence, got none")
     return [_as_id_list(s, f"{name}[{i}]") for i, s in enumerate(seqs)]
@@ -565,8 +563,11 @@ def lm_blocks(
         `x (B, T)` = `ids[s : s + T]` and `y (B, T)` = `ids[s + 1 : s + T + 1]` for random
         starts s (int64, on `ids`' device): `y[:, t]` is the token after `x[:, t]`.
     """
-    if not isinstance(ids, Tensor) or ids.dim() != 1 or ids.is_floating_point() or (
-        ids.dtype == torch.bool
+    if (
+        not isinstance(ids, Tensor)
+        or ids.dim() != 1
+        or ids.is_floating_point()
+        or (ids.dtype == torch.bool)
     ):
         got = f"shape {tuple(ids.shape)} {ids.dtype}" if isinstance(ids, Tensor) else type(ids)
         raise ValueError(f"ids must be a 1-D integer tensor of token ids, got {got}")

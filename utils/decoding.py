@@ -313,9 +313,7 @@ def beam_search(
     return [sorted(hyps, key=lambda hyp: -hyp.score)[:n_best] for hyps in finished]
 
 
-def filter_logits(
-    logits: Tensor, top_k: int | None = None, top_p: float | None = None
-) -> Tensor:
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Set the logits of tokens outside the top-k and outside the top-p nucleus to -inf.
 
     top-k keeps the k largest logits of each row; top-p keeps the smallest set of most

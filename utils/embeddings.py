@@ -31,6 +31,7 @@ __all__ = [
     "InputEmbedding",
 ]
 
+
 class TokenEmbedding(nn.Module):
     """Token lookup scaled by √d_model: `tokens (B, S)` int -> `(B, S, d_model)`.
 
@@ -79,8 +80,7 @@ class TokenEmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"{self.vocab_size}, {self.d_model}, padding_idx={self.padding_idx}, "
-            f"scale={self.scale}"
+            f"{self.vocab_size}, {self.d_model}, padding_idx={self.padding_idx}, scale={self.scale}"
         )
 
     def forward(self, tokens: Tensor) -> Tensor:
@@ -145,8 +145,10 @@ def _check_positions(x: Tensor, d_model: int, max_len: int, offset: int = 0) -> 
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"offset must be a non-negative int, got {offset!r}")
     if offset + x.shape[1] > max_len:
-        where = f"positions {offset}..{offset + x.shape[1] - 1}" if offset else (
-            f"sequence length {x.shape[1]}"
+        where = (
+            f"positions {offset}..{offset + x.shape[1] - 1}"
+            if offset
+            else (f"sequence length {x.shape[1]}")
         )
         raise ValueError(f"{where} exceeds max_len {max_len} of the positional encoding")
 

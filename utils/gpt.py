@@ -70,8 +70,7 @@ class GPTConfig:
         check_dropout(self.dropout)
         if self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
-                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got "
-                f"{self.positional!r}"
+                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {self.positional!r}"
             )
         for name in ("norm_first", "tie_embeddings", "fused"):
             if not isinstance(getattr(self, name), bool):

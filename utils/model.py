@@ -135,8 +135,7 @@ class TransformerConfig:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if self.positional not in POSITIONAL_ENCODINGS:
             raise ValueError(
-                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got "
-                f"{self.positional!r}"
+                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {self.positional!r}"
             )
         if self.positional == "sinusoidal" and self.d_model % 2 != 0:
             raise ValueError(
@@ -158,8 +157,10 @@ class TransformerConfig:
             )
         for name in ("bos_id", "eos_id"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not (
-                0 <= value < self.tgt_vocab_size
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not (0 <= value < self.tgt_vocab_size)
             ):
                 raise ValueError(
                     f"{name} must be an int in [0, {self.tgt_vocab_size}) (a target id), "

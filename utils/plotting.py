@@ -54,9 +54,7 @@ def _as_array(x: torch.Tensor | np.ndarray, ndim: int | tuple[int, ...], name: s
     return x
 
 
-def _check_labels(
-    labels: Sequence[str] | None, size: int, name: str, axis: str
-) -> list[str] | str:
+def _check_labels(labels: Sequence[str] | None, size: int, name: str, axis: str) -> list[str] | str:
     """Tick labels for one axis: the given tokens, or automatic numbers when None."""
     if labels is None:
         return "auto"  # seaborn picks readable integer ticks
@@ -199,8 +197,14 @@ def plot_mask(
         ]
         # Above the matrix (the title moves up to make room): never over cells or tick labels.
         ax.legend(
-            handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2,
-            frameon=False, fontsize=8, handlelength=1.0, columnspacing=1.0,
+            handles=handles,
+            loc="lower center",
+            bbox_to_anchor=(0.5, 1.0),
+            ncols=2,
+            frameon=False,
+            fontsize=8,
+            handlelength=1.0,
+            columnspacing=1.0,
         )
     if title:
         ax.set_title(title, pad=20 if legend else 6)
@@ -370,8 +374,10 @@ def plot_history(
     runs = {"": history} if single else dict(cast(Mapping[str, object], history))
     if not runs:
         raise ValueError("history is an empty dict; give a History or {label: History}")
-    curves = {label: _history_curves(h, f"history {label!r}" if label else "history")
-              for label, h in runs.items()}
+    curves = {
+        label: _history_curves(h, f"history {label!r}" if label else "history")
+        for label, h in runs.items()
+    }
     if ax is None:
         fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.2), layout="constrained")
     else:

@@ -48,8 +48,9 @@ from utils.checks import (
     check_positive_int,
     check_token_range,
 )
-from utils.data import PAD_ID, LMBatch, Seq2SeqBatch
+from utils.data import LMBatch, Seq2SeqBatch
 from utils.env import get_device
+from utils.vocab import PAD_ID
 
 __all__ = [
     "CONVENTIONS",
@@ -76,8 +77,10 @@ CONVENTIONS = ("uniform", "t2t", "annotated")
 
 
 def _check_smoothing(smoothing: object) -> float:
-    if isinstance(smoothing, bool) or not isinstance(smoothing, int | float) or not (
-        0.0 <= smoothing < 1.0
+    if (
+        isinstance(smoothing, bool)
+        or not isinstance(smoothing, int | float)
+        or not (0.0 <= smoothing < 1.0)
     ):
         raise ValueError(f"smoothing must be a number in [0, 1), got {smoothing!r}")
     return float(smoothing)
@@ -198,9 +201,11 @@ def _per_token_loss(
 
 def _check_logits_target(logits: object, target: object) -> tuple[Tensor, Tensor]:
     if not isinstance(logits, Tensor) or not logits.is_floating_point() or logits.dim() < 1:
-        got = f"{logits.dtype} {tuple(logits.shape)}" if isinstance(logits, Tensor) else type(
-            logits
-        ).__name__
+        got = (
+            f"{logits.dtype} {tuple(logits.shape)}"
+            if isinstance(logits, Tensor)
+            else type(logits).__name__
+        )
         raise ValueError(f"logits must be a floating-point tensor (..., V), got {got}")
     target = _check_target(target)
     if tuple(target.shape) != tuple(logits.shape[:-1]):
@@ -553,8 +558,9 @@ def train(
     with the running loss; `progress=False` hides it. If the loss becomes inf or NaN the loop
     stops at the next log step (`stop_reason="nonfinite"`).
     """
-    _check_train_args(model, loss_fn, optimizer, steps, clip_norm, max_seconds, log_every,
-                      eval_fn, eval_every)
+    _check_train_args(
+        model, loss_fn, optimizer, steps, clip_norm, max_seconds, log_every, eval_fn, eval_every
+    )
     device = get_device() if device is None else torch.device(device)
     if not hasattr(batches, "__next__"):
         batches = iter(batches)
@@ -562,8 +568,15 @@ def train(
     model.to(device)
     model.train()
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    bar = tqdm(total=steps, disable=not progress, file=sys.stderr, ncols=90, mininterval=0.5,
-               desc="train", unit="step")
+    bar = tqdm(
+        total=steps,
+        disable=not progress,
+        file=sys.stderr,
+        ncols=90,
+        mininterval=0.5,
+        desc="train",
+        unit="step",
+    )
     history = History(stop_reason="steps")
     started = time.perf_counter()
     window = _LogWindow(device, opened=started)
@@ -607,8 +620,10 @@ def train(
                 break
         if window.steps:  # the iterator ran out between log steps
             window.close(history, step, lr, started)
-        if eval_fn is not None and step > 0 and (
-            not history.evals or history.evals[-1]["step"] != step
+        if (
+            eval_fn is not None
+            and step > 0
+            and (not history.evals or history.evals[-1]["step"] != step)
         ):
             _evaluate(model, eval_fn, step, history)  # always after the last step
     finally:
@@ -665,6 +680,7 @@ def exact_match(
     Compare like with like: strip `<bos>`, `<eos>` and padding from both first (e.g.
     `utils.decoding.strip_special`).
     """
+
     def as_list(seq: object, name: str) -> list[int]:
         if isinstance(seq, Tensor):
             if seq.dim() != 1:

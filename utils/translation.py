@@ -211,12 +211,17 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> Scores:
     """sacrebleu's corpus BLEU and chrF (its defaults) of detokenized `hyps` against `refs`."""
     hyps, refs = list(hyps), list(refs)
     if len(hyps) != len(refs):
-        raise ValueError(f"expected one reference per hypothesis, got {len(refs)} for "
-                         f"{len(hyps)}")
+        raise ValueError(f"expected one reference per hypothesis, got {len(refs)} for {len(hyps)}")
     bleu, chrf = BLEU(), CHRF()
     bleu_score = bleu.corpus_score(hyps, [refs])
-    return Scores(hyps, bleu_score.score, chrf.corpus_score(hyps, [refs]).score,
-                  str(bleu_score), str(bleu.get_signature()), str(chrf.get_signature()))
+    return Scores(
+        hyps,
+        bleu_score.score,
+        chrf.corpus_score(hyps, [refs]).score,
+        str(bleu_score),
+        str(bleu.get_signature()),
+        str(chrf.get_signature()),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,8 +245,13 @@ def save_translator(
             v = halves[key]
         state[k] = v.cpu()
     torch.save(
-        {"format": FORMAT, "config": dataclasses.asdict(model.config), "state_dict": state,
-         "tokenizer": tokenizer.to_str(), "info": dict(info)},
+        {
+            "format": FORMAT,
+            "config": dataclasses.asdict(model.config),
+            "state_dict": state,
+            "tokenizer": tokenizer.to_str(),
+            "info": dict(info),
+        },
         Path(path),
     )
 
@@ -257,8 +267,10 @@ def load_translator(path: str | Path) -> tuple[Transformer, BPETokenizer, dict[s
     except FileNotFoundError:
         raise
     except Exception as err:  # not a torch file at all (text, a truncated download, ...)
-        raise ValueError(f"{path} is not a translator file ({FORMAT!r}): torch.load failed "
-                         f"with {type(err).__name__}") from err
+        raise ValueError(
+            f"{path} is not a translator file ({FORMAT!r}): torch.load failed "
+            f"with {type(err).__name__}"
+        ) from err
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         got = f"format {blob.get('format')!r}" if isinstance(blob, dict) else type(blob).__name__
         raise ValueError(f"{path} is not a translator file ({FORMAT!r}), got {got}")
@@ -266,6 +278,7 @@ def load_translator(path: str | Path) -> tuple[Transformer, BPETokenizer, dict[s
     if missing:
         raise ValueError(f"{path} is a truncated translator file: no {sorted(missing)}")
     model = Transformer(TransformerConfig(**blob["config"]))
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v
-                           for k, v in blob["state_dict"].items()})
+    model.load_state_dict(
+        {k: v.float() if v.is_floating_point() else v for k, v in blob["state_dict"].items()}
+    )
     return model.eval(), BPETokenizer.from_str(blob["tokenizer"]), blob["info"]

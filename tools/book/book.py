@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 REPO_URL = "https://github.com/attention-book/attention-book"
 
-SETUP_CELL_TEMPLATE = '''\
+SETUP_CELL_TEMPLATE = """\
 # Setup, the same in every notebook: install the book in Colab, import `utils`, seed
 # everything. Safe to run twice.
 import importlib
@@ -52,7 +52,7 @@ except ModuleNotFoundError as exc:
     ) from None
 
 ROOT = pathlib.Path(utils.__file__).resolve().parent.parent  # the book's folder (editable)
-utils.setup(seed=0)'''
+utils.setup(seed=0)"""
 
 
 def setup_cell(repo_url: str = REPO_URL) -> str:

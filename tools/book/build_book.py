@@ -88,6 +88,8 @@ TEX_OPTIONS = {
     "processEnvironments": True,
     "processRefs": True,
 }
+
+
 class BookBuildError(RuntimeError):
     """The book could not be built; the message says why."""
 
@@ -103,8 +105,10 @@ def ensure_mathjax() -> None:
             "then run: npm ci --prefix tools/book/latex --no-audit --no-fund"
         )
     print("installing mathjax-full into tools/book/latex (npm ci) ...", flush=True)
-    subprocess.run([npm, "ci", "--prefix", str(LATEX_DIR), "--no-audit", "--no-fund",
-                    "--loglevel=error"], check=True)
+    subprocess.run(
+        [npm, "ci", "--prefix", str(LATEX_DIR), "--no-audit", "--no-fund", "--loglevel=error"],
+        check=True,
+    )
 
 
 def mathjax_packages() -> list[str]:
@@ -120,8 +124,14 @@ def mathjax_packages() -> list[str]:
         f"const m = await import({json.dumps((LATEX_DIR / 'check_tex.mjs').as_uri())});"
         "process.stdout.write('PACKAGES ' + JSON.stringify(m.PACKAGES) + '\\n');"
     )
-    run = subprocess.run([node, "--input-type=module", "-e", script], input="[]",
-                         capture_output=True, text=True, cwd=LATEX_DIR, check=False)
+    run = subprocess.run(
+        [node, "--input-type=module", "-e", script],
+        input="[]",
+        capture_output=True,
+        text=True,
+        cwd=LATEX_DIR,
+        check=False,
+    )
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith("PACKAGES ")]
     if run.returncode != 0 or not lines:
         raise BookBuildError(f"cannot read the package list of check_tex.mjs:\n{run.stderr}")
@@ -180,6 +190,7 @@ def relink(markdown: str, folder: str, staged: set[str]) -> str:
     (``../utils/attention.py``, ``utils/``) becomes its address on GitHub, so no link of the
     site is dead; a link to nothing stays, for Sphinx to report.
     """
+
     def replace(match: re.Match[str]) -> str:
         target = match.group(2)
         path = _repo_path(target, folder)
@@ -264,6 +275,7 @@ def _relink_notebook(staged: set[str]):
     notebooks: Jupyter ignores it, so it would be metadata that only the web edition reads,
     and the 15 setup cells would have to carry it in step with `book.setup_cell`.
     """
+
     def handler(app, docname: str, source: list[str]) -> None:
         if not docname.startswith("notebooks/"):
             return
@@ -272,13 +284,16 @@ def _relink_notebook(staged: set[str]):
         if setup is not None:
             metadata = setup.setdefault("metadata", {})
             metadata["tags"] = [*metadata.get("tags", []), "hide-input"]
-            metadata["mystnb"] = {"code_prompt_show": SETUP_PROMPT_SHOW,
-                                  "code_prompt_hide": SETUP_PROMPT_HIDE}
+            metadata["mystnb"] = {
+                "code_prompt_show": SETUP_PROMPT_SHOW,
+                "code_prompt_hide": SETUP_PROMPT_HIDE,
+            }
         for cell in nb.get("cells", []):
             if cell.get("cell_type") == "markdown":
                 text = cell.get("source", "")
-                cell["source"] = relink("".join(text) if isinstance(text, list) else text,
-                                        "notebooks", staged)
+                cell["source"] = relink(
+                    "".join(text) if isinstance(text, list) else text, "notebooks", staged
+                )
         source[0] = json.dumps(nb)
 
     return handler
@@ -346,8 +361,15 @@ def copy_mathjax() -> None:
     if target.exists():
         shutil.rmtree(target)
     unused = shutil.ignore_patterns(  # the other combined bundles; each page loads one
-        "tex-svg*.js", "tex-mml-*.js", "mml-*.js", "tex-chtml.js", "tex-chtml-full-speech.js",
-        "node-main.js", "latest.js", "svg", "svg.js",
+        "tex-svg*.js",
+        "tex-mml-*.js",
+        "mml-*.js",
+        "tex-chtml.js",
+        "tex-chtml-full-speech.js",
+        "node-main.js",
+        "latest.js",
+        "svg",
+        "svg.js",
     )
     shutil.copytree(MATHJAX_ES5, target, ignore=unused)
 
@@ -364,9 +386,16 @@ def build(*, quiet: bool = True) -> Path:
             shutil.rmtree(folder)
     warnings = _Tee()
     app = Sphinx(
-        srcdir=SRC, confdir=None, outdir=HTML, doctreedir=DOCTREES, buildername="html",
-        confoverrides=sphinx_config(packages), status=None if quiet else sys.stdout,
-        warning=warnings, freshenv=True, warningiserror=True,
+        srcdir=SRC,
+        confdir=None,
+        outdir=HTML,
+        doctreedir=DOCTREES,
+        buildername="html",
+        confoverrides=sphinx_config(packages),
+        status=None if quiet else sys.stdout,
+        warning=warnings,
+        freshenv=True,
+        warningiserror=True,
     )
     app.connect("source-read", _relink_notebook(staged))
     app.build()
@@ -405,8 +434,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"book build failed: {exc}", file=sys.stderr)
         return 1
     pages = len(notebook_paths()) + 1
-    print(f"book built: {pages} pages in {time.perf_counter() - start:.0f} s; "
-          f"open {index.relative_to(ROOT)} in a browser")
+    print(
+        f"book built: {pages} pages in {time.perf_counter() - start:.0f} s; "
+        f"open {index.relative_to(ROOT)} in a browser"
+    )
     return 0
 
 

@@ -51,8 +51,14 @@ SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 BROWSERS = ("chromium", "chromium-browser")
 CHROMIUM_FLAGS = (  # on top of Playwright's own (headless, a fresh profile, no first run)
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-extensions", "--mute-audio",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--mute-audio",
 )
 VIEWPORT = (1280, 900)
 PAGE_TIMEOUT_S = 60.0
@@ -93,8 +99,10 @@ def find_chromium(explicit: str | None = None) -> str:
     for candidate in [chosen] if chosen else BROWSERS:
         if path := shutil.which(candidate):
             return path
-    raise BrowserMissing(f"Chromium is not installed: no {chosen or ' or '.join(BROWSERS)} "
-                         "(Debian: apt-get install chromium)")
+    raise BrowserMissing(
+        f"Chromium is not installed: no {chosen or ' or '.join(BROWSERS)} "
+        "(Debian: apt-get install chromium)"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,8 +112,11 @@ def find_chromium(explicit: str | None = None) -> str:
 
 # The protocol events the checks read (see `_event_problems`).
 EVENTS = (
-    "Network.requestWillBeSent", "Network.loadingFailed", "Runtime.exceptionThrown",
-    "Runtime.consoleAPICalled", "Log.entryAdded",
+    "Network.requestWillBeSent",
+    "Network.loadingFailed",
+    "Runtime.exceptionThrown",
+    "Runtime.consoleAPICalled",
+    "Log.entryAdded",
 )
 
 
@@ -119,9 +130,11 @@ class DevTools:
         self._browser = None
         try:
             self._browser = self._playwright.chromium.launch(
-                executable_path=executable, args=list(CHROMIUM_FLAGS),
+                executable_path=executable,
+                args=list(CHROMIUM_FLAGS),
                 # a reader's window has a scrollbar, which narrows the page: keep it
-                ignore_default_args=["--hide-scrollbars"], timeout=PAGE_TIMEOUT_S * 1000,
+                ignore_default_args=["--hide-scrollbars"],
+                timeout=PAGE_TIMEOUT_S * 1000,
             )
             context = self._browser.new_context(viewport={"width": width, "height": height})
             self._page = context.new_page()
@@ -133,8 +146,10 @@ class DevTools:
             for domain in ("Page", "Runtime", "Log", "Network"):
                 self.send(f"{domain}.enable")
             # Nothing leaves the machine: requests outside the site are blocked (and reported).
-            self.send("Network.setBlockedURLs", {"urls": ["http://*", "https://*", "ws://*",
-                                                          "wss://*", "ftp://*"]})
+            self.send(
+                "Network.setBlockedURLs",
+                {"urls": ["http://*", "https://*", "ws://*", "wss://*", "ftp://*"]},
+            )
         except BaseException:
             self.close()
             raise
@@ -153,9 +168,14 @@ class DevTools:
 
     def evaluate(self, expression: str):
         """Evaluate a JS expression (awaiting a promise) and return its JSON value."""
-        result = self.send("Runtime.evaluate", {
-            "expression": expression, "awaitPromise": True, "returnByValue": True,
-        })
+        result = self.send(
+            "Runtime.evaluate",
+            {
+                "expression": expression,
+                "awaitPromise": True,
+                "returnByValue": True,
+            },
+        )
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             text = details.get("exception", {}).get("description") or details.get("text")
@@ -369,9 +389,14 @@ def expected_figures(notebook: Path) -> tuple[list[tuple[int, str, int]], int]:
         if cell.get("cell_type") == "markdown":
             total += len(_MD_IMAGE.findall(_source(cell)))
         elif cell.get("cell_type") == "code":
-            shown = 0 if tags & _REMOVED else sum(
-                any(m in output.get("data", {}) for m in FIGURE_MIMES)
-                for output in cell.get("outputs", []))
+            shown = (
+                0
+                if tags & _REMOVED
+                else sum(
+                    any(m in output.get("data", {}) for m in FIGURE_MIMES)
+                    for output in cell.get("outputs", [])
+                )
+            )
             first = next((ln for ln in _source(cell).splitlines() if ln.strip()), "")
             per_cell.append((index, first[:60], shown))
             total += shown
@@ -409,8 +434,7 @@ def static_ids(page: Path) -> set[str]:
 
 def site_pages(site: Path) -> list[Path]:
     """Every HTML page of the site, index first, the theme's own folders left out."""
-    pages = [p for p in site.rglob("*.html")
-             if p.relative_to(site).parts[0] not in SKIP_DIRS]
+    pages = [p for p in site.rglob("*.html") if p.relative_to(site).parts[0] not in SKIP_DIRS]
     return sorted(pages, key=lambda p: (p.name != "index.html" or p.parent != site, str(p)))
 
 
@@ -431,13 +455,19 @@ def _event_problems(page: str, events: list[dict]) -> list[Problem]:
             urls[params["requestId"]] = url
             if urlsplit(url).scheme not in LOCAL_SCHEMES:
                 initiator = params.get("initiator", {}).get("url") or params.get("type", "")
-                problems.append(Problem(page, f"request to {url}",
-                                        f"asks for something outside the site ({initiator})"))
+                problems.append(
+                    Problem(
+                        page,
+                        f"request to {url}",
+                        f"asks for something outside the site ({initiator})",
+                    )
+                )
         elif method == "Network.loadingFailed":
             url = urls.get(params["requestId"], "?")
             if urlsplit(url).scheme in LOCAL_SCHEMES and not params.get("canceled"):
-                problems.append(Problem(page, f"resource {url}",
-                                        f"failed to load: {params.get('errorText')}"))
+                problems.append(
+                    Problem(page, f"resource {url}", f"failed to load: {params.get('errorText')}")
+                )
         elif method == "Runtime.exceptionThrown":
             details = params["exceptionDetails"]
             text = details.get("exception", {}).get("description") or details.get("text", "")
@@ -450,8 +480,13 @@ def _event_problems(page: str, events: list[dict]) -> list[Problem]:
             entry = params["entry"]
             # network failures are reported from Network.loadingFailed, blocked requests above
             if entry.get("level") == "error" and entry.get("source") != "network":
-                problems.append(Problem(page, f"console ({entry.get('source')})",
-                                        f"error logged: {entry.get('text')}"))
+                problems.append(
+                    Problem(
+                        page,
+                        f"console ({entry.get('source')})",
+                        f"error logged: {entry.get('text')}",
+                    )
+                )
     return problems
 
 
@@ -460,23 +495,36 @@ def _content_problems(page: str, seen: dict) -> list[Problem]:
     if seen["mathjax"] not in (None, "ok"):
         problems.append(Problem(page, "MathJax", f"did not typeset the page ({seen['mathjax']})"))
     elif seen["mathjax"] is None and seen["mathElements"]:
-        problems.append(Problem(page, "MathJax", f"never loaded, and the page has "
-                                                 f"{seen['mathElements']} formulas"))
+        problems.append(
+            Problem(
+                page, "MathJax", f"never loaded, and the page has {seen['mathElements']} formulas"
+            )
+        )
     for m in seen["merrors"]:
-        problems.append(Problem(page, f'formula "{m["tex"]}" ({m["where"]})',
-                                f"MathJax error: {m['error']}"))
+        problems.append(
+            Problem(page, f'formula "{m["tex"]}" ({m["where"]})', f"MathJax error: {m['error']}")
+        )
     for r in seen["rawTex"]:
         problems.append(Problem(page, f'{r["where"]}: "{r["text"]}"', r["what"]))
     for box in seen.get("scrolls", []):
-        problems.append(Problem(page, f"code cell {box['cell']} ({box['source']!r}), "
-                                      f"{box['part']}",
-                                f"needs horizontal scrolling in a {VIEWPORT[0]} px window: "
-                                f"{box['scrollWidth']} px of content in {box['clientWidth']} "
-                                "px"))
+        problems.append(
+            Problem(
+                page,
+                f"code cell {box['cell']} ({box['source']!r}), {box['part']}",
+                f"needs horizontal scrolling in a {VIEWPORT[0]} px window: "
+                f"{box['scrollWidth']} px of content in {box['clientWidth']} "
+                "px",
+            )
+        )
     for img in seen["images"]:
         if not img["ok"]:
-            problems.append(Problem(page, f"image {img['src']!r} ({img['where']})",
-                                    "did not load (naturalWidth == 0)"))
+            problems.append(
+                Problem(
+                    page,
+                    f"image {img['src']!r} ({img['where']})",
+                    "did not load (naturalWidth == 0)",
+                )
+            )
     return problems
 
 
@@ -486,18 +534,28 @@ def _figure_problems(page: str, notebook: Path, seen: dict) -> list[Problem]:
     if len(seen["cells"]) == len(per_cell):
         for (index, first, want), got in zip(per_cell, seen["cells"], strict=True):
             if got["images"] < want:
-                problems.append(Problem(page, f"code cell {index} ({first!r})",
-                                        f"the notebook has {want} figure(s) in its outputs, "
-                                        f"the page shows {got['images']}"))
+                problems.append(
+                    Problem(
+                        page,
+                        f"code cell {index} ({first!r})",
+                        f"the notebook has {want} figure(s) in its outputs, "
+                        f"the page shows {got['images']}",
+                    )
+                )
     if seen["figureCount"] < total and not problems:
-        problems.append(Problem(page, "article",
-                                f"the notebook has {total} figures, the page shows "
-                                f"{seen['figureCount']}"))
+        problems.append(
+            Problem(
+                page,
+                "article",
+                f"the notebook has {total} figures, the page shows {seen['figureCount']}",
+            )
+        )
     return problems
 
 
-def _link_problems(site: Path, page_path: Path, seen: dict,
-                   ids_of: dict[Path, set[str]]) -> list[Problem]:
+def _link_problems(
+    site: Path, page_path: Path, seen: dict, ids_of: dict[Path, set[str]]
+) -> list[Problem]:
     page = _page_name(site, page_path)
     problems = []
     site_root = site.resolve()
@@ -513,17 +571,23 @@ def _link_problems(site: Path, page_path: Path, seen: dict,
         if target.is_dir():
             target = target / "index.html"
         if not target.is_file():
-            problems.append(Problem(page, where,
-                                    f"points to a missing page: {_page_name(site_root, target)}"))
+            problems.append(
+                Problem(page, where, f"points to a missing page: {_page_name(site_root, target)}")
+            )
             continue
         fragment = unquote(parts.fragment)
         if fragment and target.suffix == ".html":
             if target not in ids_of:
                 ids_of[target] = static_ids(target)
             if fragment not in ids_of[target]:
-                problems.append(Problem(page, where,
-                                        f"points to anchor #{fragment}, which "
-                                        f"{_page_name(site_root, target)} does not have"))
+                problems.append(
+                    Problem(
+                        page,
+                        where,
+                        f"points to anchor #{fragment}, which "
+                        f"{_page_name(site_root, target)} does not have",
+                    )
+                )
     return problems
 
 
@@ -533,19 +597,32 @@ def _notebook_page_problems(site: Path, page: str, notebook: Path, seen: dict) -
     hrefs = [link["url"] for link in seen["links"]]
     if not any(h.startswith(COLAB) and h.endswith("/" + name) for h in hrefs):
         problems.append(Problem(page, "header", f"no link to open {name} in Colab"))
-    if not any(urlsplit(h).scheme == "file" and Path(unquote(urlsplit(h).path)).resolve()
-               == notebook.resolve() for h in hrefs):
+    if not any(
+        urlsplit(h).scheme == "file"
+        and Path(unquote(urlsplit(h).path)).resolve() == notebook.resolve()
+        for h in hrefs
+    ):
         problems.append(Problem(page, "header", f"no link to download {name}"))
     want = notebook_formulas(notebook)
     if want is not None and seen["formulas"] < want:
-        problems.append(Problem(page, "article",
-                                f"{want} formulas in the notebook's markdown, "
-                                f"{seen['formulas']} typeset on the page"))
+        problems.append(
+            Problem(
+                page,
+                "article",
+                f"{want} formulas in the notebook's markdown, "
+                f"{seen['formulas']} typeset on the page",
+            )
+        )
     return problems
 
 
-def check_site(site: Path = SITE, *, browser: str | None = None,
-               screenshots: Path | None = SCREENSHOTS, progress: bool = False) -> Report:
+def check_site(
+    site: Path = SITE,
+    *,
+    browser: str | None = None,
+    screenshots: Path | None = SCREENSHOTS,
+    progress: bool = False,
+) -> Report:
     """Open every page of ``site`` in Chromium; return the problems found.
 
     Raises BrowserMissing if Chromium is not installed, FileNotFoundError if the site is.
@@ -579,9 +656,11 @@ def check_site(site: Path = SITE, *, browser: str | None = None,
             report.images += len(seen["images"])
             report.links += len(seen["links"])
             if progress:
-                print(f"  {page}: {seen['formulas']} formulas, {len(seen['images'])} images, "
-                      f"{len(problems)} problems ({time.perf_counter() - started:.1f} s)",
-                      flush=True)
+                print(
+                    f"  {page}: {seen['formulas']} formulas, {len(seen['images'])} images, "
+                    f"{len(problems)} problems ({time.perf_counter() - started:.1f} s)",
+                    flush=True,
+                )
         for path, seen in seen_by_page.items():
             report.problems += _link_problems(site, path, seen, ids_of)
         if screenshots is not None:
@@ -589,11 +668,15 @@ def check_site(site: Path = SITE, *, browser: str | None = None,
     return report
 
 
-def _screenshots(chrome: DevTools, site: Path, seen_by_page: dict[Path, dict],
-                 folder: Path) -> list[Path]:
+def _screenshots(
+    chrome: DevTools, site: Path, seen_by_page: dict[Path, dict], folder: Path
+) -> list[Path]:
     """The notebook page with the most figures and the one with the most display maths."""
-    notebooks = {p: s for p, s in seen_by_page.items()
-                 if (site / "_sources" / p.relative_to(site).with_suffix(".ipynb")).is_file()}
+    notebooks = {
+        p: s
+        for p, s in seen_by_page.items()
+        if (site / "_sources" / p.relative_to(site).with_suffix(".ipynb")).is_file()
+    }
     if not notebooks:
         return []
     folder.mkdir(parents=True, exist_ok=True)
@@ -607,8 +690,9 @@ def _screenshots(chrome: DevTools, site: Path, seen_by_page: dict[Path, dict],
             y = chrome.evaluate(FIRST_FIGURE_Y) - 120
         else:  # where display formulas are densest within one screen
             tops = sorted(notebooks[path]["displayFormulas"])
-            best = max(tops, key=lambda t: sum(t <= u < t + VIEWPORT[1] - 200 for u in tops),
-                       default=0)
+            best = max(
+                tops, key=lambda t: sum(t <= u < t + VIEWPORT[1] - 200 for u in tops), default=0
+            )
             y = best - 150
         chrome.evaluate(SCROLL_SCRIPT % int(y))
         shot = folder / f"{kind}_{path.stem}.png"
@@ -620,26 +704,34 @@ def _screenshots(chrome: DevTools, site: Path, seen_by_page: dict[Path, dict],
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("site", nargs="?", type=Path, default=SITE,
-                        help="the built site (default: _build/html)")
+    parser.add_argument(
+        "site", nargs="?", type=Path, default=SITE, help="the built site (default: _build/html)"
+    )
     parser.add_argument("--browser", help="Chromium executable (default: $CHROMIUM, chromium)")
-    parser.add_argument("--screenshots", type=Path, default=SCREENSHOTS,
-                        help="folder for the two screenshots (default: _build/screenshots)")
+    parser.add_argument(
+        "--screenshots",
+        type=Path,
+        default=SCREENSHOTS,
+        help="folder for the two screenshots (default: _build/screenshots)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per page")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        report = check_site(args.site, browser=args.browser, screenshots=args.screenshots,
-                            progress=args.verbose)
+        report = check_site(
+            args.site, browser=args.browser, screenshots=args.screenshots, progress=args.verbose
+        )
     except (BrowserMissing, FileNotFoundError) as exc:
         print(f"browser check cannot run: {exc}", file=sys.stderr)
         return 2
     for problem in report.problems:
         print(problem)
     shots = ", ".join(_page_name(ROOT, s) for s in report.screenshots) or "none"
-    print(f"browser check: {len(report.pages)} pages, {report.formulas} formulas, "
-          f"{report.images} images, {report.links} links, {len(report.problems)} problems "
-          f"({time.perf_counter() - start:.0f} s); screenshots: {shots}")
+    print(
+        f"browser check: {len(report.pages)} pages, {report.formulas} formulas, "
+        f"{report.images} images, {report.links} links, {len(report.problems)} problems "
+        f"({time.perf_counter() - start:.0f} s); screenshots: {shots}"
+    )
     return 1 if report.problems else 0
 
 

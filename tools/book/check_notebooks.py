@@ -76,38 +76,55 @@ def check_notebook(path: Path) -> list[str]:
     name = meta.get("kernelspec", {}).get("name")
     if name != "python3":
         problems.append(f"{rel}: kernelspec name is {name!r}, expected 'python3'")
-    problems += [f"{rel}: notebook metadata has {key!r} (run tools/book/execute_notebooks.py)"
-                 for key in VOLATILE_NOTEBOOK_KEYS if key in meta]
+    problems += [
+        f"{rel}: notebook metadata has {key!r} (run tools/book/execute_notebooks.py)"
+        for key in VOLATILE_NOTEBOOK_KEYS
+        if key in meta
+    ]
 
-    code_cells = [(i, c) for i, c in enumerate(nb["cells"])
-                  if isinstance(c, dict) and c.get("cell_type") == "code"]
+    code_cells = [
+        (i, c)
+        for i, c in enumerate(nb["cells"])
+        if isinstance(c, dict) and c.get("cell_type") == "code"
+    ]
     if not code_cells:
         problems.append(f"{rel}: has no code cells")
         return problems
     first_index, first = code_cells[0]
     if "".join(first.get("source", "")) != setup_cell():
-        problems.append(f"{rel}: cell {first_index}: the first code cell is not the book's setup "
-                        "cell (copy it from tools/book/book.py)")
+        problems.append(
+            f"{rel}: cell {first_index}: the first code cell is not the book's setup "
+            "cell (copy it from tools/book/book.py)"
+        )
     empty = {i for i, c in code_cells if not "".join(c.get("source", "")).strip()}
     problems += [f"{rel}: cell {i}: empty code cell (delete it)" for i in sorted(empty)]
     code_cells = [(i, c) for i, c in code_cells if i not in empty]  # never executed
     counts = [c.get("execution_count") for _, c in code_cells]
     if counts != list(range(1, len(code_cells) + 1)):
-        problems.append(f"{rel}: execution counts are {counts}, expected 1..{len(code_cells)} "
-                        "(a clean top-to-bottom run: tools/book/execute_notebooks.py)")
+        problems.append(
+            f"{rel}: execution counts are {counts}, expected 1..{len(code_cells)} "
+            "(a clean top-to-bottom run: tools/book/execute_notebooks.py)"
+        )
     for i, cell in code_cells:
-        problems += [f"{rel}: cell {i}: metadata has {key!r}"
-                     for key in VOLATILE_CELL_KEYS if key in cell.get("metadata", {})]
+        problems += [
+            f"{rel}: cell {i}: metadata has {key!r}"
+            for key in VOLATILE_CELL_KEYS
+            if key in cell.get("metadata", {})
+        ]
         tags = cell.get("metadata", {}).get("tags", [])
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error" and "raises-exception" not in tags:
-                problems.append(f"{rel}: cell {i}: stores an error ({out.get('ename')}) but is "
-                                "not tagged raises-exception")
+                problems.append(
+                    f"{rel}: cell {i}: stores an error ({out.get('ename')}) but is "
+                    "not tagged raises-exception"
+                )
         reprs = [r for text in _output_texts(cell) for r in raw_float_reprs(text)]
         if reprs:
-            problems.append(f"{rel}: cell {i}: prints a raw float tensor/array, whose text "
-                            f"changes with the PyTorch/NumPy version: {reprs[0]!r} (print "
-                            "utils.fmt(x) or an f-string with <= 3 decimals)")
+            problems.append(
+                f"{rel}: cell {i}: prints a raw float tensor/array, whose text "
+                f"changes with the PyTorch/NumPy version: {reprs[0]!r} (print "
+                "utils.fmt(x) or an f-string with <= 3 decimals)"
+            )
     return problems
 
 

@@ -22,10 +22,26 @@ from nbclient import NotebookClient
 from book import NOTEBOOKS, notebook_paths
 
 # Metadata keys that record how or where a notebook ran rather than what it says.
-VOLATILE_NOTEBOOK_KEYS = ("widgets", "colab", "papermill", "execution", "toc", "vscode",
-                          "accelerator", "gpuClass")
-VOLATILE_CELL_KEYS = ("execution", "ExecuteTime", "colab", "papermill", "outputId",
-                      "collapsed", "scrolled", "pycharm")
+VOLATILE_NOTEBOOK_KEYS = (
+    "widgets",
+    "colab",
+    "papermill",
+    "execution",
+    "toc",
+    "vscode",
+    "accelerator",
+    "gpuClass",
+)
+VOLATILE_CELL_KEYS = (
+    "execution",
+    "ExecuteTime",
+    "colab",
+    "papermill",
+    "outputId",
+    "collapsed",
+    "scrolled",
+    "pycharm",
+)
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 

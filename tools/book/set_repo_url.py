@@ -21,8 +21,10 @@ GITHUB = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+?)(\.git)?/?$")
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or not GITHUB.match(argv[0]):
-        print("usage: python tools/book/set_repo_url.py https://github.com/OWNER/REPO",
-              file=sys.stderr)
+        print(
+            "usage: python tools/book/set_repo_url.py https://github.com/OWNER/REPO",
+            file=sys.stderr,
+        )
         return 2
     new = argv[0].rstrip("/").removesuffix(".git")
     old_slug = "/".join(REPO_URL.split("/")[-2:])
@@ -38,8 +40,11 @@ def main(argv: list[str]) -> int:
         nb = nbformat.read(path, as_version=4)
         setup_cells = [c for c in nb.cells if c.cell_type == "code" and c.source == setup_cell()]
         if len(setup_cells) != 1:
-            print(f"{path.relative_to(ROOT)}: no setup cell with the current address "
-                  "(run tools/book/check_notebooks.py)", file=sys.stderr)
+            print(
+                f"{path.relative_to(ROOT)}: no setup cell with the current address "
+                "(run tools/book/check_notebooks.py)",
+                file=sys.stderr,
+            )
             return 1
         setup_cells[0].source = setup_cell(new)
         notebooks[path] = nb
@@ -48,16 +53,20 @@ def main(argv: list[str]) -> int:
     writes[readme] = text.replace(old_slug, new_slug)
     unchanged = [p.name for p, t in writes.items() if t == p.read_text(encoding="utf-8")]
     if unchanged and new != REPO_URL:
-        print(f"the current address {REPO_URL} was not found in: {', '.join(unchanged)}",
-              file=sys.stderr)
+        print(
+            f"the current address {REPO_URL} was not found in: {', '.join(unchanged)}",
+            file=sys.stderr,
+        )
         return 1
 
     for path, text in writes.items():
         path.write_text(text, encoding="utf-8")
     for path, nb in notebooks.items():
         nbformat.write(nb, path)
-    print(f"repository URL set to {new} (was {REPO_URL}) in tools/book/book.py, README.md and "
-          f"{len(notebooks)} notebooks")
+    print(
+        f"repository URL set to {new} (was {REPO_URL}) in tools/book/book.py, README.md and "
+        f"{len(notebooks)} notebooks"
+    )
     return 0
 
 

