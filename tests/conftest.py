@@ -1,5 +1,7 @@
 """Shared test set-up: a non-interactive matplotlib backend and a seeded, one-thread torch."""
 
+import os
+
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
@@ -41,3 +43,12 @@ def randomise_norms(module: torch.nn.Module) -> None:
             if isinstance(m, LayerNorm):
                 m.weight.normal_(1.0, 0.5)
                 m.bias.normal_(0.0, 0.5)
+
+
+def needs(what: str, available: bool, install: str) -> None:
+    """Skip a test without an external tool; under CI=true a missing tool fails it."""
+    if available:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and {what} is missing: {install}")
+    pytest.skip(f"{what} is not installed ({install})")

@@ -8,13 +8,13 @@ Without Chromium the browser tests skip, except under CI=true, where that is a f
 
 import importlib.util
 import json
-import os
 import shutil
 import struct
 import zlib
 
 import nbformat
 import pytest
+from conftest import needs
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import build_book
@@ -25,27 +25,19 @@ MATHJAX = build_book.MATHJAX_ES5
 MATHJAX_CONFIG = {"tex": {"packages": ["base", "ams", "newcommand"], **build_book.TEX_OPTIONS}}
 
 
-def _needs(what: str, available: bool, install: str) -> None:
-    if available:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and {what} is missing: {install}")
-    pytest.skip(f"{what} is not installed ({install})")
-
-
 @pytest.fixture(scope="module")
 def chromium():
     try:
         path = find_chromium()
     except BrowserMissing:
         path = None
-    _needs("chromium", path is not None, "apt-get install chromium")
-    _needs(
+    needs("chromium", path is not None, "apt-get install chromium")
+    needs(
         "playwright",
         importlib.util.find_spec("playwright") is not None,
         "pip install -r requirements-book.txt",
     )
-    _needs(
+    needs(
         "mathjax-full",
         (MATHJAX / build_book.MATHJAX_BUNDLE).is_file(),
         "npm ci --prefix tools/book/latex",

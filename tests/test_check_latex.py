@@ -7,12 +7,12 @@ never pass a LaTeX check that did not run).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
+from conftest import needs
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 import check_latex
@@ -68,19 +68,10 @@ def _cell(i: int) -> int:
     return 2 * i  # a code cell follows every markdown cell
 
 
-def _needs(what: str, available: bool, install: str) -> None:
-    """Skip without the tool, as the browser tests do; under CI=true a missing tool fails."""
-    if available:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and {what} is missing: {install}")
-    pytest.skip(f"{what} is not installed ({install})")
-
-
 @pytest.fixture(scope="module")
 def tool_available():
-    _needs("Node.js", shutil.which("node") is not None, "install Node 20")
-    _needs(
+    needs("Node.js", shutil.which("node") is not None, "install Node 20")
+    needs(
         "mathjax-full",
         (check_latex.LATEX_DIR / "node_modules" / "mathjax-full").is_dir(),
         check_latex.INSTALL_HINT,

@@ -188,17 +188,11 @@ class SublayerConnection(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class EncoderLayer(nn.Module):
-    """One encoder layer: self-attention, then the FFN, each in a `SublayerConnection`.
+class _Layer(nn.Module):
+    """What an encoder and a decoder layer hold: self-attention, cross-attention (decoder
+    only), the FFN, and one `SublayerConnection` per sublayer, built in that order."""
 
-    Dropout (one `dropout` for all sites, as PyTorch's `nn.TransformerEncoderLayer`; see
-    `utils.model.TransformerConfig` for where each site comes from) acts on each sublayer's
-    output, the FFN's hidden activations and the attention weights. `sublayers[i].norm` is
-    PyTorch's `norm{i+1}`. `d_k`, `d_v` default to `d_model // n_heads`.
-
-    Shapes: x `(batch, S, d_model)`, mask bool (`True` = may attend) broadcastable to
-    `(batch, n_heads, S, S)`, usually `(batch, 1, 1, S)` -> `(batch, S, d_model)`.
-    """
+    cross: bool  # True in a decoder layer: a cross-attention sublayer after self-attention
 
     def __init__(
         self,
@@ -214,10 +208,29 @@ class EncoderLayer(nn.Module):
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
+        if self.cross:
+            self.cross_attn = MultiHeadAttention(
+                d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout
+            )
         self.ffn = FeedForward(d_model, d_ff, dropout)
         self.sublayers = nn.ModuleList(
-            SublayerConnection(d_model, dropout, norm_first) for _ in range(2)
+            SublayerConnection(d_model, dropout, norm_first) for _ in range(3 if self.cross else 2)
         )
+
+
+class EncoderLayer(_Layer):
+    """One encoder layer: self-attention, then the FFN, each in a `SublayerConnection`.
+
+    Dropout (one `dropout` for all sites, as PyTorch's `nn.TransformerEncoderLayer`; see
+    `utils.model.TransformerConfig` for where each site comes from) acts on each sublayer's
+    output, the FFN's hidden activations and the attention weights. `sublayers[i].norm` is
+    PyTorch's `norm{i+1}`. `d_k`, `d_v` default to `d_model // n_heads`.
+
+    Shapes: x `(batch, S, d_model)`, mask bool (`True` = may attend) broadcastable to
+    `(batch, n_heads, S, S)`, usually `(batch, 1, 1, S)` -> `(batch, S, d_model)`.
+    """
+
+    cross = False
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, cache: AttentionCache | None = None
@@ -233,7 +246,7 @@ class EncoderLayer(nn.Module):
         return self.sublayers[1](x, self.ffn)
 
 
-class DecoderLayer(nn.Module):
+class DecoderLayer(_Layer):
     """One decoder layer: masked self-attention, cross-attention, FFN, each in a sublayer.
 
     Self-attention sees earlier target positions (`tgt_mask` makes it causal); cross-attention
@@ -246,25 +259,7 @@ class DecoderLayer(nn.Module):
     `(batch, n_heads, T, T)`, memory_mask to `(batch, n_heads, T, S)` -> `(batch, T, d_model)`.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-        d_k: int | None = None,
-        d_v: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.d_model = d_model
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.sublayers = nn.ModuleList(
-            SublayerConnection(d_model, dropout, norm_first) for _ in range(3)
-        )
+    cross = True
 
     def forward(
         self,
