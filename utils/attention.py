@@ -195,7 +195,8 @@ class MultiHeadAttention(nn.Module):
         """`(B, T, d_model)`; with `cache`, see `forward_cached`."""
         if cache is not None:
             return self.forward_cached(query, key, value, mask, cache)
-        return self.attend(*self.project_qkv(query, key, value), mask)
+        q, k, v = self.project_qkv(query, key, value)
+        return self.attend(q, k, v, mask)
 
     def forward_cached(
         self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, cache: AttentionCache
@@ -211,9 +212,11 @@ class MultiHeadAttention(nn.Module):
                 q, cache.k, cache.v = self.project_qkv(query, key, value)
             else:
                 q = self.project(query, "q")
+            assert cache.v is not None
             return self.attend(q, cache.k, cache.v, mask)
         q, k, v = self.project_qkv(query, key, value)
         if cache.k is not None:
+            assert cache.v is not None
             k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
         cache.k, cache.v = k, v
         return self.attend(q, k, v, mask)

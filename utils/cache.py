@@ -11,6 +11,8 @@ Shapes: cached keys `(B, h, T_cached, d_k)`, values `(B, h, T_cached, d_v)`.
 
 from __future__ import annotations
 
+from typing import cast
+
 from torch import Tensor
 
 from utils.checks import check_positive_int
@@ -83,7 +85,7 @@ class KVCache:
         for block in self.blocks():
             if block.k is not None:
                 block.k = block.k.index_select(0, index)
-                block.v = block.v.index_select(0, index)
+                block.v = cast(Tensor, block.v).index_select(0, index)
 
     def check(
         self, batch_size: int, n_layers: int, cross: bool, memory_len: int | None = None

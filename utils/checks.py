@@ -81,7 +81,7 @@ def check_tokens(
     all below `max_len`: everything a model's input block needs of its tokens."""
     check_token_ids(tokens, name)
     check_token_range(tokens, vocab_size, name)  # type: ignore[arg-type]
-    length = tokens.shape[1]  # type: ignore[union-attr]
+    length = tokens.shape[1]  # type: ignore[attr-defined]
     if offset + length > max_len:
         last = offset + length - 1
         where = f"positions {offset}..{last}" if offset else f"sequence length {length}"
@@ -116,10 +116,10 @@ def check_features(name: str, x: object, d_model: int, ndim: int | None = 3) -> 
 def check_memory(x: Tensor, memory: object, d_model: int) -> None:
     """`ValueError` unless `memory` is `(batch, S, d_model)` with the batch size of `x`."""
     check_features("memory", memory, d_model)
-    if memory.shape[0] != x.shape[0]:  # type: ignore[union-attr]
+    if memory.shape[0] != x.shape[0]:  # type: ignore[attr-defined]
         raise ValueError(
             f"memory batch size must equal x's ({x.shape[0]}), got memory shape "
-            f"{tuple(memory.shape)}"  # type: ignore[union-attr]
+            f"{tuple(memory.shape)}"  # type: ignore[attr-defined]
         )
 
 

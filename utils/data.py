@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -323,7 +324,7 @@ def random_batches(n: int, sizes: int | Sequence[int], seed: int = 0) -> list[li
     if isinstance(sizes, int) and not isinstance(sizes, bool):
         check_positive_int("sizes", sizes)
         sizes = [sizes] * (n // sizes) + ([n % sizes] if n % sizes else [])
-    sizes = list(sizes)
+    sizes = list(cast(Sequence[int], sizes))  # a bool raises TypeError here
     for i, size in enumerate(sizes):
         check_positive_int(f"sizes[{i}]", size)
     if sum(sizes) != n:

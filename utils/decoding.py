@@ -264,8 +264,8 @@ def beam_search(
         vocab = logp.shape[-1]
         cand = (beam_logprob[:, :, None] + logp.view(len(active), k, vocab)).view(len(active), -1)
         n_cand = min(2 * k, cand.shape[1])
-        top_logprob, top_idx = cand.topk(n_cand, dim=1)  # (A, 2k), best first
-        top_logprob, top_idx = top_logprob.tolist(), top_idx.tolist()
+        top_values, top_indices = cand.topk(n_cand, dim=1)  # (A, 2k), best first
+        top_logprob, top_idx = top_values.tolist(), top_indices.tolist()
         rows, tokens, logprobs, still_active = [], [], [], []
         for a, sentence in enumerate(active):
             alive: list[tuple[int, int, float]] = []

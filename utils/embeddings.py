@@ -14,6 +14,7 @@ Shapes are batch first: tokens `(B, S)`, embeddings `(B, S, d_model)`.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -108,10 +109,12 @@ def tie_weights(target: nn.Module, source: nn.Module) -> None:
     for name, m in (("target", target), ("source", source)):
         if not isinstance(getattr(m, "weight", None), nn.Parameter):
             raise ValueError(f"{name} must have a `weight` Parameter, got {type(m).__name__}")
-    if target.weight.shape != source.weight.shape:
+    # checked above: both are Parameters (nn.Module types its attributes `Tensor | Module`)
+    target_weight, source_weight = cast(Tensor, target.weight), cast(Tensor, source.weight)
+    if target_weight.shape != source_weight.shape:
         raise ValueError(
-            f"cannot tie weights of different shapes: target {tuple(target.weight.shape)}, "
-            f"source {tuple(source.weight.shape)}"
+            f"cannot tie weights of different shapes: target {tuple(target_weight.shape)}, "
+            f"source {tuple(source_weight.shape)}"
         )
     target.weight = source.weight
 

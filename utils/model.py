@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -241,7 +241,19 @@ def _check_config(config: object) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _layer_args(config: TransformerConfig) -> dict[str, object]:
+class _LayerArgs(TypedDict):
+    """The keyword arguments of `EncoderLayer` and `DecoderLayer` (see `_layer_args`)."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float
+    norm_first: bool
+    d_k: int | None
+    d_v: int | None
+
+
+def _layer_args(config: TransformerConfig) -> _LayerArgs:
     """The keyword arguments an `EncoderLayer` or `DecoderLayer` takes from the config."""
     return {
         "d_model": config.d_model,

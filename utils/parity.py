@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -152,8 +153,8 @@ def copy_to_torch_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncode
     copy_to_torch_mha(ours.self_attn, theirs.self_attn)
     _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
     _copy_linear("ffn.linear2", ours.ffn.linear2, theirs.linear2)
-    _copy_norm("sublayers[0].norm", ours.sublayers[0].norm, theirs.norm1)
-    _copy_norm("sublayers[1].norm", ours.sublayers[1].norm, theirs.norm2)
+    _copy_norm("sublayers[0].norm", cast(LayerNorm, ours.sublayers[0].norm), theirs.norm1)
+    _copy_norm("sublayers[1].norm", cast(LayerNorm, ours.sublayers[1].norm), theirs.norm2)
 
 
 @torch.no_grad()
@@ -170,10 +171,13 @@ def copy_to_torch_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecode
     _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
     _copy_linear("ffn.linear2", ours.ffn.linear2, theirs.linear2)
     for i in range(3):
-        _copy_norm(f"sublayers[{i}].norm", ours.sublayers[i].norm, getattr(theirs, f"norm{i + 1}"))
+        our_norm = cast(LayerNorm, ours.sublayers[i].norm)
+        _copy_norm(f"sublayers[{i}].norm", our_norm, getattr(theirs, f"norm{i + 1}"))
 
 
-def _check_stack(name: str, ours: Encoder | Decoder, theirs: nn.Module) -> None:
+def _check_stack(
+    name: str, ours: Encoder | Decoder, theirs: nn.TransformerEncoder | nn.TransformerDecoder
+) -> None:
     if len(ours.layers) != len(theirs.layers):
         raise ValueError(
             f"{name}: ours has {len(ours.layers)} layers, theirs has {len(theirs.layers)}"
@@ -189,8 +193,8 @@ def _check_stack(name: str, ours: Encoder | Decoder, theirs: nn.Module) -> None:
 def _copy_stack(
     name: str,
     ours: Encoder | Decoder,
-    theirs: nn.Module,
-    copy_layer: Callable[[nn.Module, nn.Module], None],
+    theirs: nn.TransformerEncoder | nn.TransformerDecoder,
+    copy_layer: Callable[[Any, Any], None],
 ) -> None:
     """Copy a stack layer by layer (errors name the layer), then its final norm if any."""
     _check_stack(name, ours, theirs)
@@ -200,7 +204,7 @@ def _copy_stack(
         except ValueError as error:
             raise ValueError(f"{name} layer {i}: {error}") from None
     if ours.norm is not None:
-        _copy_norm(f"{name}.norm", ours.norm, theirs.norm)
+        _copy_norm(f"{name}.norm", ours.norm, cast(nn.LayerNorm, theirs.norm))
 
 
 @torch.no_grad()

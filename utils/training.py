@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -119,6 +119,13 @@ def _check_target(target: object, name: str = "target") -> Tensor:
     return target
 
 
+class _DtypeDevice(TypedDict):
+    """The `dtype=`, `device=` keyword arguments of the tensors `smoothed_targets` builds."""
+
+    dtype: torch.dtype
+    device: torch.device
+
+
 def smoothed_targets(
     target: Tensor,
     vocab_size: int,
@@ -152,7 +159,7 @@ def smoothed_targets(
     n, true = target.shape[0], target.long()[:, None]
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    like = {"dtype": dtype, "device": target.device}
+    like: _DtypeDevice = {"dtype": dtype, "device": target.device}
     if convention == "uniform":
         q = torch.full((n, vocab_size), eps / vocab_size, **like)
         q.scatter_add_(1, true, torch.full((n, 1), 1.0 - eps, **like))
