@@ -85,3 +85,8 @@ def test_bad_input() -> None:
         generate(model, torch.ones(1, 2, dtype=torch.long), 5, temperature=-1.0)
     with pytest.raises(ValueError, match="n_heads=3 must divide d_model=32"):
         GPTConfig(vocab_size=5, d_model=32, n_heads=3)
+    # the config, not the model, refuses what the model could not build
+    with pytest.raises(ValueError, match="sinusoidal positional encoding needs an even d_model"):
+        GPTConfig(vocab_size=5, d_model=9, n_heads=3, positional="sinusoidal")
+    with pytest.raises(ValueError, match="fused must be a bool, got 1"):
+        GPTConfig(vocab_size=5, d_model=8, n_heads=2, fused=1)

@@ -141,8 +141,10 @@ class MultiHeadAttention(nn.Module):
     weights (training only), the last weights kept for plotting, and a key/value cache.
 
     Shapes: query `(B, T, d_model)`, key and value `(B, S, d_model)`, mask bool broadcastable
-    to `(B, h, T, S)` -> `(B, T, d_model)`. Inputs are not checked here (the stacks check
-    them once); `attn_weights` holds the last weights `(B, h, T, S)`, detached, before
+    to `(B, h, T, S)` -> `(B, T, d_model)`. Inputs are not checked here: the stacks of
+    `utils.model` check them once. Used alone, a mask of the wrong shape may broadcast and a
+    cross-attention cache is reused for any memory; check by hand (`utils.checks.check_mask`)
+    when experimenting. `attn_weights` holds the last weights `(B, h, T, S)`, detached, before
     dropout, if `need_weights` (else `None`).
     """
 

@@ -14,6 +14,7 @@ from torch import Tensor
 
 __all__ = [
     "check_positive_int",
+    "check_bool",
     "check_optional_positive_int",
     "check_positive_float",
     "check_dropout",
@@ -32,6 +33,13 @@ def check_positive_int(name: str, value: object) -> int:
     """`value` if it is a positive int, else `ValueError` naming `name`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """`value` if it is a bool (not merely truthy), else `ValueError` naming `name`."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
     return value
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
     "POSITIONAL_ENCODINGS",
+    "check_positional",
     "InputEmbedding",
 ]
 
@@ -232,6 +233,16 @@ POSITIONAL_ENCODINGS: dict[str, type[SinusoidalPositionalEncoding | LearnedPosit
 }
 
 
+def check_positional(positional: object, d_model: int) -> None:
+    """`ValueError` unless `positional` names a positional encoding that fits `d_model`."""
+    if positional not in POSITIONAL_ENCODINGS:
+        raise ValueError(
+            f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {positional!r}"
+        )
+    if positional == "sinusoidal" and d_model % 2 != 0:
+        raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {d_model}")
+
+
 class InputEmbedding(nn.Module):
     """The input block of a stack: `tokens (B, S)` -> `Dropout(Embed(tokens)·√d_model + PE)`.
 
@@ -252,10 +263,7 @@ class InputEmbedding(nn.Module):
         padding_idx: int | None = None,
     ) -> None:
         super().__init__()
-        if positional not in POSITIONAL_ENCODINGS:
-            raise ValueError(
-                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {positional!r}"
-            )
+        check_positional(positional, d_model)
         self.token = TokenEmbedding(vocab_size, d_model, padding_idx=padding_idx)
         self.position = POSITIONAL_ENCODINGS[positional](d_model, max_len, dropout=dropout)
 

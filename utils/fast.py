@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.attention import MultiHeadAttention, merge_heads, split_heads
-from utils.checks import check_dropout
+from utils.checks import check_bool, check_dropout
 from utils.layers import LayerNorm
 
 __all__ = [
@@ -224,8 +224,7 @@ def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
     Only the class of each instance changes (`m.__class__`): parameters, buffers, state-dict
     keys and hooks stay. Subclasses of those modules (yours) are left alone.
     """
-    if not isinstance(enabled, bool):
-        raise ValueError(f"enabled must be a bool, got {enabled!r}")
+    check_bool("enabled", enabled)
     swap = _FAST if enabled else _READABLE
     for m in module.modules():
         m.__class__ = swap.get(type(m), type(m))

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from utils.cache import KVCache
 from utils.checks import (
+    check_bool,
     check_dropout,
     check_head_dims,
     check_positive_int,
@@ -28,7 +29,7 @@ from utils.checks import (
     check_tokens,
 )
 from utils.decoding import evaluation, greedy_search, sample
-from utils.embeddings import POSITIONAL_ENCODINGS, InputEmbedding, tie_weights
+from utils.embeddings import InputEmbedding, check_positional, tie_weights
 from utils.fast import use_fast_path
 from utils.layers import EncoderLayer, LayerNorm, init_weights_
 from utils.masks import causal_mask
@@ -68,13 +69,9 @@ class GPTConfig:
             check_positive_int(name, getattr(self, name))
         check_head_dims(self.d_model, self.n_heads)
         check_dropout(self.dropout)
-        if self.positional not in POSITIONAL_ENCODINGS:
-            raise ValueError(
-                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {self.positional!r}"
-            )
+        check_positional(self.positional, self.d_model)
         for name in ("norm_first", "tie_embeddings", "fused"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(name, getattr(self, name))
 
     def replace(self, **changes: Any) -> GPTConfig:
         """A copy with some fields changed (validated again)."""

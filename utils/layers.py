@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from utils.attention import MultiHeadAttention
 from utils.cache import AttentionCache
-from utils.checks import check_dropout, check_positive_float, check_positive_int
+from utils.checks import check_bool, check_dropout, check_positive_float, check_positive_int
 
 __all__ = [
     "FeedForward",
@@ -166,8 +166,7 @@ class SublayerConnection(nn.Module):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_dropout(dropout)
-        if not isinstance(norm_first, bool):
-            raise ValueError(f"norm_first must be a bool, got {norm_first!r}")
+        check_bool("norm_first", norm_first)
         self.d_model = d_model
         self.norm_first = norm_first
         self.norm = LayerNorm(d_model)

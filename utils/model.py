@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from utils.cache import KVCache
 from utils.checks import (
+    check_bool,
     check_dropout,
     check_features,
     check_head_dims,
@@ -40,9 +41,9 @@ from utils.checks import (
     check_tokens,
 )
 from utils.embeddings import (
-    POSITIONAL_ENCODINGS,
     InputEmbedding,
     LearnedPositionalEncoding,
+    check_positional,
     tie_weights,
 )
 from utils.fast import use_fast_path
@@ -131,16 +132,8 @@ class TransformerConfig:
         check_head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)
         check_dropout(self.dropout)
         for name in ("norm_first", "share_embeddings", "fused"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.positional not in POSITIONAL_ENCODINGS:
-            raise ValueError(
-                f"positional must be one of {tuple(POSITIONAL_ENCODINGS)}, got {self.positional!r}"
-            )
-        if self.positional == "sinusoidal" and self.d_model % 2 != 0:
-            raise ValueError(
-                f"sinusoidal positional encoding needs an even d_model, got {self.d_model}"
-            )
+            check_bool(name, getattr(self, name))
+        check_positional(self.positional, self.d_model)
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 f"share_embeddings=True needs one vocabulary, but src_vocab_size="
