@@ -210,15 +210,13 @@ class MultiHeadAttention(nn.Module):
         the cached ones (the mask is then `(T, T_cached + T)`).
         """
         if cache.static:
-            if cache.k is None:
+            if cache.k is None or cache.v is None:
                 q, cache.k, cache.v = self.project_qkv(query, key, value)
             else:
                 q = self.project(query, "q")
-            assert cache.v is not None
             return self.attend(q, cache.k, cache.v, mask)
         q, k, v = self.project_qkv(query, key, value)
-        if cache.k is not None:
-            assert cache.v is not None
+        if cache.k is not None and cache.v is not None:
             k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
         cache.k, cache.v = k, v
         return self.attend(q, k, v, mask)
