@@ -1,10 +1,4 @@
-"""The key/value cache of incremental decoding (notebook 11).
-
-Decoding produces one token per step; without a cache every step recomputes the keys and
-values of every earlier position. `AttentionCache` keeps them for one attention block,
-`KVCache` for a whole decoder stack. `MultiHeadAttention` fills an `AttentionCache` it is
-given; the models (`utils.model.Transformer.decode`, `utils.gpt.GPT.forward`) own the
-`KVCache` and check it fits before a step.
+"""The key/value cache of incremental decoding (notebook 11 derives it).
 
 Shapes: cached keys `(B, h, T_cached, d_k)`, values `(B, h, T_cached, d_v)`.
 """
@@ -21,14 +15,10 @@ __all__ = ["AttentionCache", "KVCache"]
 
 
 class AttentionCache:
-    """Keys and values of one attention block, kept between decoding steps (notebook 11).
+    """Keys and values of one attention block, kept between decoding steps (`None` until filled).
 
-    - self-attention (`static=False`): each step appends the new positions' keys/values, so
-      `k` grows as `(B, h, T_cached, d_k)`;
-    - cross-attention (`static=True`): the encoder output is projected to keys/values *once*,
-      at the first step, and reused unchanged (`(B, h, S, d_k)`).
-
-    `k` and `v` are `None` until the first step fills them.
+    Self-attention (`static=False`) appends each step; cross-attention (`static=True`)
+    projects the memory once and reuses it.
     """
 
     def __init__(self, static: bool = False) -> None:
@@ -42,18 +32,10 @@ class AttentionCache:
 
 
 class KVCache:
-    """The key/value cache of a decoder stack: one `AttentionCache` per attention block.
+    """The cache of a decoder stack: one `AttentionCache` per attention block.
 
-    One design serves the encoder-decoder (`cross=True`: each layer has a self-attention
-    cache that grows and a cross-attention cache projected once per source) and the
-    decoder-only model of notebook 13 (`cross=False`). The model reads and updates it:
-
-    - `length`: how many positions are cached, i.e. the position of the next token (its
-      positional encoding is taken at `length`, not at 0);
-    - `reorder(index)`: keep rows `index` of the batch, in that order (beam search re-ranks
-      hypotheses; the cache must follow them);
-    - `batch_size`: the batch the cache was filled with (`None` while empty). Feeding it a
-      batch of another size raises `ValueError`.
+    `cross=True` for the encoder-decoder, `False` for the decoder-only model. `length` is the
+    position of the next token; `reorder(index)` follows beam search's re-ranking.
     """
 
     def __init__(self, n_layers: int, cross: bool) -> None:
@@ -90,9 +72,7 @@ class KVCache:
     def check(
         self, batch_size: int, n_layers: int, cross: bool, memory_len: int | None = None
     ) -> None:
-        """`ValueError` unless this cache fits a stack of `n_layers` layers (with
-        cross-attention caches if `cross`) fed a batch of `batch_size` (and, for
-        cross-attention, a memory of `memory_len` positions)."""
+        """`ValueError` unless this cache fits `n_layers` layers, `batch_size` and `memory_len`."""
         if len(self.self_attn) != n_layers or bool(self.cross_attn) != cross:
             kind = "an encoder-decoder (cross=True)" if cross else "a decoder-only model"
             raise ValueError(

@@ -63,13 +63,9 @@ def check_token_ids(tokens: object, name: str = "tokens") -> None:
 
 
 def check_token_range(tokens: Tensor, vocab_size: int, name: str = "tokens") -> None:
-    """`ValueError` unless every id of `tokens` is in `[0, vocab_size)`.
+    """`ValueError` unless every id of `tokens` is in `[0, vocab_size)`; on the CPU only.
 
-    Reading the smallest and largest id needs their values on the host. On the CPU that is
-    free; on a GPU it would stall the forward pass until the device catches up (a host-device
-    synchronisation every step), so there the check is skipped: an id out of range then
-    trips CUDA's own device-side assert in the lookup. Code outside the hot path (decoding
-    entry points, data loaders) calls this on CPU tensors.
+    On a GPU the check would synchronise every step; CUDA's device-side assert catches it there.
     """
     if tokens.device.type != "cpu" or tokens.numel() == 0:
         return
@@ -84,9 +80,7 @@ def check_token_range(tokens: Tensor, vocab_size: int, name: str = "tokens") -> 
 def check_tokens(
     tokens: object, vocab_size: int, max_len: int, name: str = "tokens", offset: int = 0
 ) -> None:
-    """`ValueError` unless `tokens` is a `(batch, seq)` integer tensor of ids in
-    `[0, vocab_size)` (`check_token_range`: on the CPU) at positions `offset .. offset+seq-1`,
-    all below `max_len`: everything a model's input block needs of its tokens."""
+    """`ValueError` unless `tokens` are `(batch, seq)` ids in `[0, vocab_size)` within `max_len`."""
     check_token_ids(tokens, name)
     check_token_range(tokens, vocab_size, name)  # type: ignore[arg-type]
     length = tokens.shape[1]  # type: ignore[attr-defined]
@@ -140,17 +134,10 @@ def check_bool_mask(mask: object, name: str = "mask") -> None:
 
 
 def check_mask(mask: object, scores_shape: Sequence[int] | torch.Size, name: str = "mask") -> None:
-    """`ValueError` unless `mask` is a valid attention mask for scores of shape `scores_shape`.
+    """`ValueError` unless `mask` is bool and broadcasts to `scores_shape` *without growing it*.
 
-    A valid mask is a bool tensor (`True` = may attend) that broadcasts to `scores_shape`
-    *without growing it*: e.g. `(B, 1, 1, S)`, `(T, S)` or `(B, h, T, S)` for scores
-    `(B, h, T, S)`. A mask that would broadcast the scores to a bigger shape (a wrong batch
-    size, a query/key length that does not match) is an error, never a silent broadcast.
-
-    What no shape check can catch: a mask whose shape fits but means something else. A
-    `(B, S)` padding mask passed where a `(T, S)` mask is expected is read as one row per
-    *query* when B == T; build padding masks with `utils.masks.padding_mask`, which returns
-    `(B, 1, 1, S)`, so this cannot happen by accident.
+    E.g. `(B, 1, 1, S)`, `(T, S)` or `(B, h, T, S)` for scores `(B, h, T, S)`. A `(B, S)`
+    padding mask where `(T, S)` is expected passes when B == T: use `utils.masks.padding_mask`.
     """
     scores_shape = torch.Size(scores_shape)
     check_bool_mask(mask, name)
@@ -175,11 +162,7 @@ def check_mask(mask: object, scores_shape: Sequence[int] | torch.Size, name: str
 def check_head_dims(
     d_model: object, n_heads: object, d_k: object = None, d_v: object = None
 ) -> tuple[int, int]:
-    """The per-head widths `(d_k, d_v)`, `d_model // n_heads` where not given.
-
-    The one place of the rule that `n_heads` must divide `d_model` when a width is left to
-    its default; `ValueError` naming the value otherwise.
-    """
+    """The per-head widths `(d_k, d_v)`, `d_model // n_heads` where not given."""
     d_model = check_positive_int("d_model", d_model)
     n_heads = check_positive_int("n_heads", n_heads)
     check_optional_positive_int("d_k", d_k)

@@ -1,24 +1,9 @@
 """Batching for training: padding, the shifted decoder input, length buckets, synthetic tasks.
 
-Notebook 10 derives these; every later notebook that trains uses them.
-
-- `pad_batch`: variable-length id sequences -> one right-padded `(B, L)` int64 tensor.
-- `decoder_io`: a target `y1 .. yn` becomes the decoder input `<bos> y1 .. yn` and the labels
-  `y1 .. yn <eos>` (teacher forcing; positions counted from 0 as in the book, with y0 = `<bos>`
-  and y(n+1) = `<eos>`: input position t holds y_t, sees y_0 .. y_t and is scored against
-  y(t+1); the causal mask keeps it from reading further).
-- `Seq2SeqBatch` / `make_batch`: a source-target batch as the encoder-decoder needs it.
-- `bucket_batches`: group examples of similar length so little of each batch is padding;
-  `random_batches` and `padding_fraction` measure what that saves.
-- `synthetic_pairs`, `task_batches`: the copy and reverse tasks, generated from a seed;
-  `seen_sources` regenerates a training stream's sources, `unseen_pairs` draws held-out pairs
-  outside them (another seed alone does not make a short sequence unseen).
-- `lm_blocks`, `lm_batches`: random windows of one long id sequence for a decoder-only LM.
-
-Special ids are those of `utils.vocab`: `PAD_ID = 0`, `BOS_ID = 1`, `EOS_ID = 2`,
-`UNK_ID = 3`; synthetic tokens are drawn from `[FIRST_TOKEN_ID, vocab_size)` = `[4, V)`.
-Every random draw uses its own seeded `torch.Generator` / `random.Random`, never the global
-random state, so data do not change when a notebook adds a cell that draws random numbers.
+Notebook 10 derives these; every later notebook that trains uses them. Special ids are
+those of `utils.vocab`; synthetic tokens are drawn from `[FIRST_TOKEN_ID, vocab_size)`.
+Every draw uses its own seeded generator, never the global random state, so data do not
+change when a notebook adds a cell that draws random numbers.
 """
 
 from __future__ import annotations
@@ -101,16 +86,7 @@ def _as_id_lists(seqs: object, name: str) -> list[list[int]]:
 
 
 def pad_batch(seqs: Sequence[IdSequence], pad_id: int, length: int | None = None) -> Tensor:
-    """Right-pad id sequences into one `(B, L)` int64 tensor.
-
-    Args:
-        seqs: B sequences of token ids (lists of ints or 1-D integer tensors).
-        pad_id: the id written after each sequence.
-        length: L; default the longest sequence. `ValueError` if a sequence is longer.
-
-    Returns:
-        `(B, L)` int64, row b = `seqs[b]` followed by `pad_id`.
-    """
+    """Right-pad B id sequences into one `(B, L)` int64 tensor; L defaults to the longest."""
     rows = _as_id_lists(seqs, "seqs")
     _check_id("pad_id", pad_id)
     longest = max(len(r) for r in rows)
@@ -133,14 +109,9 @@ def pad_batch(seqs: Sequence[IdSequence], pad_id: int, length: int | None = None
 def decoder_io(
     targets: Sequence[IdSequence], bos_id: int = BOS_ID, eos_id: int = EOS_ID, pad_id: int = PAD_ID
 ) -> tuple[Tensor, Tensor]:
-    """Decoder input and labels for teacher forcing.
+    """Teacher forcing: targets `y1 .. yn` -> input `<bos> y1 .. yn`, labels `y1 .. yn <eos>`.
 
-    A target `y1 .. yn` (without specials) gives the input `<bos> y1 .. yn` and the labels
-    `y1 .. yn <eos>`: the labels are the input shifted one to the left, so the logits at
-    position t are scored against the token that follows the t-th input token.
-
-    Returns:
-        `(tgt_in, tgt_out)`, both `(B, T)` int64 with T = max n + 1, padded with `pad_id`.
+    Returns `(tgt_in, tgt_out)`, both `(B, T)` int64 with T = max n + 1, padded with `pad_id`.
     """
     rows = _as_id_lists(targets, "targets")
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
@@ -159,14 +130,7 @@ def decoder_io(
 
 @dataclass
 class Seq2SeqBatch:
-    """One encoder-decoder training batch.
-
-    Attributes:
-        src: `(B, S)` source ids, right-padded.
-        tgt_in: `(B, T)` decoder input `<bos> y1 .. yn`, right-padded.
-        tgt_out: `(B, T)` labels `y1 .. yn <eos>`, right-padded.
-        pad_id: the padding id of all three.
-    """
+    """One encoder-decoder batch: `src (B, S)`, `tgt_in (B, T)`, `tgt_out (B, T)`, right-padded."""
 
     src: Tensor
     tgt_in: Tensor
@@ -204,11 +168,7 @@ class Seq2SeqBatch:
 
     @property
     def n_tokens(self) -> int:
-        """The number of labels that are not padding: the tokens the loss is averaged over.
-
-        Reading it from a GPU tensor waits for the device; the training loop reads it before
-        moving the batch.
-        """
+        """The number of non-pad labels, the tokens the loss averages over (a sync if on a GPU)."""
         return int((self.tgt_out != self.pad_id).sum())
 
     @property
@@ -264,21 +224,9 @@ def bucket_batches(
 ) -> list[list[int]]:
     """Batches of example indices, grouped by length so each batch carries little padding.
 
-    The indices are sorted by length (ties in a seeded random order when `shuffle`) and cut
-    into consecutive batches; a batch closes when it holds `batch_size` examples or when one
-    more example would make `len(batch) * longest length` exceed `max_tokens` (the padded
-    size, what memory and compute scale with). Give either limit or both. The *order of the
-    batches* is then shuffled with `seed`, so training does not see short sequences first.
-
-    Args:
-        lengths: one length per example (for a pair, e.g. `max(len(src), len(tgt) + 1)`).
-        max_tokens: cap on padded tokens per batch.
-        batch_size: cap on examples per batch.
-        shuffle: shuffle ties and the batch order (with `seed`); False keeps sorted order.
-        seed: the seed of this function's own `random.Random`.
-
-    Returns:
-        A list of batches, each a list of indices into `lengths`; every index appears once.
+    A batch closes at `batch_size` examples or when `len(batch) * longest` would exceed
+    `max_tokens` (the padded size compute scales with). The batch order is then shuffled, so
+    training does not see short sequences first.
     """
     lens = _check_lengths(lengths)
     if max_tokens is None and batch_size is None:
@@ -317,8 +265,7 @@ def bucket_batches(
 def random_batches(n: int, sizes: int | Sequence[int], seed: int = 0) -> list[list[int]]:
     """Batches of a random permutation of `range(n)`, for comparison with `bucket_batches`.
 
-    `sizes` is one batch size (the last batch takes the rest) or the list of batch sizes to
-    use, e.g. `[len(b) for b in bucket_batches(...)]`, so both batchings have equal sizes.
+    `sizes`: one batch size, or the list of sizes (e.g. those of `bucket_batches`).
     """
     check_positive_int("n", n)
     if isinstance(sizes, int) and not isinstance(sizes, bool):
@@ -339,10 +286,7 @@ def random_batches(n: int, sizes: int | Sequence[int], seed: int = 0) -> list[li
 
 
 def padding_fraction(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> float:
-    """The share of padding when each batch is padded to its longest example.
-
-    `sum over batches of (len(batch) * longest - sum of lengths) / sum of len(batch) * longest`.
-    """
+    """The share of padding when each batch is padded to its longest example."""
     lens = _check_lengths(lengths)
     padded = real = 0
     for b, batch in enumerate(batches):
@@ -385,10 +329,9 @@ def _seeded_rng(seed: object) -> torch.Generator:
 def _draw(
     task: str, n: int, vocab_size: int, min_len: int, max_len: int, g: torch.Generator
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """n examples as `(src (n, L), tgt (n, L), lengths (n,))`, padded with PAD_ID, L = max length.
+    """n examples as `(src (n, L), tgt (n, L), lengths (n,))`, padded with PAD_ID.
 
-    Both `synthetic_pairs` and `task_batches` draw through here, in this order (lengths, then
-    tokens), so the first batch of `task_batches(seed)` is `synthetic_pairs(seed)`'s first pairs.
+    Lengths then tokens, so `task_batches(seed)` starts with `synthetic_pairs(seed)`'s pairs.
     """
     lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
     width = int(lengths.max())
@@ -407,13 +350,7 @@ def _draw(
 def synthetic_pairs(
     task: str, n: int, vocab_size: int, min_len: int, max_len: int, seed: int
 ) -> list[tuple[list[int], list[int]]]:
-    """n `(source, target)` pairs of the copy or reverse task, drawn from `seed`.
-
-    Sources have lengths uniform in `[min_len, max_len]` and tokens uniform in `[4, vocab_size)`;
-    the target is the source (`"copy"`) or the source reversed (`"reverse"`). No specials are
-    added (`make_batch` adds `<bos>` / `<eos>`). The same arguments give the same pairs; the
-    global random state is neither used nor changed.
-    """
+    """n `(source, target)` pairs of the `"copy"` or `"reverse"` task, from `seed`, no specials."""
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("n", n)
     src, tgt, lengths = _draw(task, n, vocab_size, min_len, max_len, _seeded_rng(seed))
@@ -432,11 +369,8 @@ def task_batches(
 ) -> Iterator[Seq2SeqBatch]:
     """An endless stream of fresh copy/reverse `Seq2SeqBatch`es (on the CPU), from `seed`.
 
-    Each batch is `make_batch` of `batch_size` new pairs drawn as in `synthetic_pairs` (the
-    first batch equals `make_batch(synthetic_pairs(task, batch_size, ..., seed))`), built with
-    tensor operations rather than Python lists. Another seed alone does not make held-out
-    data unseen: with short lengths and a small vocabulary many sources recur (there are
-    (V - 4)^n of length n); draw held-out data with `unseen_pairs(..., seen_sources(...))`.
+    Another seed alone does not make held-out data unseen (short sources recur): use
+    `unseen_pairs(..., seen_sources(...))`.
     """
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("batch_size", batch_size)
@@ -467,11 +401,7 @@ def seen_sources(
     seed: int,
     steps: int,
 ) -> set[tuple[int, ...]]:
-    """Every source of the first `steps` batches of `task_batches(...)`, as tuples of ids.
-
-    Regenerates the training stream from its seed (milliseconds), so a held-out set can be
-    checked against, or drawn apart from, what the model was trained on.
-    """
+    """Every source of the first `steps` batches of `task_batches(...)`, as tuples of ids."""
     check_positive_int("steps", steps)
     stream = task_batches(task, batch_size, vocab_size, min_len, max_len, seed)
     seen: set[tuple[int, ...]] = set()
@@ -493,12 +423,7 @@ def unseen_pairs(
 ) -> list[tuple[list[int], list[int]]]:
     """n distinct pairs drawn as in `synthetic_pairs(seed)` whose sources are not in `exclude`.
 
-    Draws in rounds of n and keeps the new sources, so lengths whose every sequence is in
-    `exclude` (all (V - 4)^k of them) never appear, and the lengths that remain are no longer
-    uniform: each keeps about its share times the fraction of its sources left unseen.
-
-    Raises:
-        ValueError: if 100 rounds do not find n unseen sources (too few exist).
+    Lengths whose every sequence is excluded never appear, so lengths are no longer uniform.
     """
     _check_task(task, vocab_size, min_len, max_len)
     check_positive_int("n", n)
@@ -525,10 +450,7 @@ def unseen_pairs(
 
 @dataclass
 class LMBatch:
-    """A decoder-only LM batch: inputs `x (B, T)` and next-token targets `y (B, T)`.
-
-    Unpacks like a tuple: `x, y = batch`.
-    """
+    """An LM batch: inputs `x (B, T)`, next-token targets `y (B, T)`; unpacks as `x, y`."""
 
     x: Tensor
     y: Tensor
@@ -551,19 +473,7 @@ class LMBatch:
 def lm_blocks(
     ids: Tensor, block_size: int, batch_size: int, rng: torch.Generator
 ) -> tuple[Tensor, Tensor]:
-    """Random windows of a long id sequence for next-token prediction.
-
-    Args:
-        ids: `(N,)` integer token ids, e.g. a whole text.
-        block_size: T, the window length; needs N > T.
-        batch_size: B, the number of windows.
-        rng: the random-number generator (a `torch.Generator`) the start positions are drawn
-            from.
-
-    Returns:
-        `x (B, T)` = `ids[s : s + T]` and `y (B, T)` = `ids[s + 1 : s + T + 1]` for random
-        starts s (int64, on `ids`' device): `y[:, t]` is the token after `x[:, t]`.
-    """
+    """B random windows of `ids (N,)`: `x (B, T)` = `ids[s : s + T]`, `y` = `ids[s+1 : s+T+1]`."""
     if (
         not isinstance(ids, Tensor)
         or ids.dim() != 1

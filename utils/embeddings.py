@@ -1,12 +1,4 @@
-"""Token embeddings and positional encodings (notebooks 01 and 02).
-
-(The word-level vocabulary of notebook 01 is `utils.vocab.Vocab`.)
-
-- `TokenEmbedding`: lookup scaled by √d_model (the paper, section 3.4), and `tie_weights`
-  to share one matrix between the embedding and the output layer;
-- `sinusoidal_encoding`, `SinusoidalPositionalEncoding`, `LearnedPositionalEncoding`
-  (section 3.5);
-- `InputEmbedding`: the input block of every stack, `Dropout(Embed(tokens)·√d_model + PE)`.
+"""Token embeddings and positional encodings (notebooks 01 and 02 derive them).
 
 Shapes are batch first: tokens `(B, S)`, embeddings `(B, S, d_model)`.
 """
@@ -35,22 +27,10 @@ __all__ = [
 
 
 class TokenEmbedding(nn.Module):
-    """Token lookup scaled by √d_model: `tokens (B, S)` int -> `(B, S, d_model)`.
+    """Token lookup scaled by √d_model (section 3.4): `tokens (B, S)` int -> `(B, S, d_model)`.
 
-    The lookup `weight[tokens]` is the same as `one_hot(tokens) @ weight`, without building
-    the one-hot matrix.
-
-    `weight (vocab_size, d_model)` starts as N(0, 1/d_model): then `weight[t] * √d_model`
-    has unit variance, the same scale as the positional encoding it is added to (whose
-    entries are sines and cosines), and a tied output layer `x @ weightᵀ` gives logits of
-    unit variance for unit-variance `x`.
-
-    Args:
-        vocab_size: number of token ids.
-        d_model: embedding width.
-        padding_idx: if given, that row starts at zero and gets no gradient through the lookup
-            (a tied output layer still updates it: notebook 01).
-        scale: multiply by √d_model (the paper, section 3.4).
+    `weight` starts as N(0, 1/d_model), so the scaled lookup has unit variance, the scale of
+    the positional encoding it is added to. A `padding_idx` row still gets gradient when tied.
     """
 
     def __init__(
@@ -86,10 +66,9 @@ class TokenEmbedding(nn.Module):
         )
 
     def forward(self, tokens: Tensor) -> Tensor:
-        """`tokens (B, S)` integer ids in `[0, vocab_size)` -> `(B, S, d_model)`.
+        """`tokens (B, S)` ids in `[0, vocab_size)` -> `(B, S, d_model)`.
 
-        Ids are range-checked on the CPU; on a GPU the check would cost a host-device
-        synchronisation every step, so it is left to the lookup (`check_token_range`).
+        Ids are range-checked on the CPU only: on a GPU the check would synchronise every step.
         """
         check_token_ids(tokens)
         check_token_range(tokens, self.vocab_size)
@@ -101,12 +80,7 @@ class TokenEmbedding(nn.Module):
 
 
 def tie_weights(target: nn.Module, source: nn.Module) -> None:
-    """Make `target.weight` the *same* Parameter as `source.weight` (shared, not copied).
-
-    E.g. `tie_weights(generator, embedding)` with `generator = nn.Linear(d_model, vocab_size)`
-    (weight `(vocab_size, d_model)`) and a `TokenEmbedding(vocab_size, d_model)`: one matrix,
-    one gradient, one optimiser update (the paper, section 3.4).
-    """
+    """Make `target.weight` the *same* Parameter as `source.weight` (section 3.4)."""
     for name, m in (("target", target), ("source", source)):
         if not isinstance(getattr(m, "weight", None), nn.Parameter):
             raise ValueError(f"{name} must have a `weight` Parameter, got {type(m).__name__}")
@@ -121,13 +95,9 @@ def tie_weights(target: nn.Module, source: nn.Module) -> None:
 
 
 def sinusoidal_encoding(max_len: int, d_model: int) -> Tensor:
-    r"""The paper's positional encoding, `(max_len, d_model)`:
+    """The paper's positional encoding `(max_len, d_model)`, computed in float64.
 
     PE(p, 2i) = sin(p / 10000^(2i / d_model)),  PE(p, 2i+1) = cos(p / 10000^(2i / d_model)).
-
-    Pair i is a point rotating at angular frequency ω_i = 10000^(-2i/d_model), so
-    PE(p + k) is PE(p) rotated pair by pair by the angles k·ω_i (a fixed map R_k).
-    Computed in float64, returned in the default dtype.
     """
     check_positive_int("max_len", max_len)
     check_positive_int("d_model", d_model)
@@ -158,12 +128,7 @@ def _check_positions(x: Tensor, d_model: int, max_len: int, offset: int = 0) -> 
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """`x (B, S, d_model)` -> `dropout(x + PE[:S])`, PE from `sinusoidal_encoding`.
-
-    The paper applies dropout to the sums of the embeddings and the positional encodings
-    (section 5.4), so the dropout lives here. `pe` is a non-persistent buffer: it moves with
-    `.to(device)` but is not saved in the state dict (it is recomputed, not learned).
-    """
+    """`x (B, S, d_model)` -> `dropout(x + PE[:S])`; the embedding dropout of section 5.4."""
 
     pe: Tensor
 
@@ -177,10 +142,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
-        """`x (B, S, d_model)` at positions `offset .. offset+S-1` (< max_len) -> `(B, S, d_model)`.
-
-        `offset` > 0 is for incremental decoding: a new token at position t must get PE(t).
-        """
+        """`x (B, S, d_model)` at positions `offset .. offset+S-1` (< max_len) -> same shape."""
         _check_positions(x, self.d_model, self.max_len, offset)
         return self._add(x, offset)
 
@@ -189,18 +151,10 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 class LearnedPositionalEncoding(nn.Module):
-    """Like `SinusoidalPositionalEncoding`, with a learned table `nn.Embedding(max_len, d_model)`.
+    """Like `SinusoidalPositionalEncoding`, with a learned `(max_len, d_model)` table (Table 3, E).
 
-    The paper found learned positions "nearly identical" to sinusoids (Table 3, row E); they
-    cannot go beyond `max_len`.
-
-    The table `embedding.weight (max_len, d_model)` starts as N(0, 1/2): the mean square per
-    entry of the sinusoidal table it replaces (each sin/cos pair has sin² + cos² = 1), so a
-    position vector has E‖p‖² = d_model/2 = ‖PE(p)‖², and next to token embeddings of unit
-    variance (`TokenEmbedding`, after √d_model) positions carry a third of the input's energy,
-    as sinusoids do. GPT-2's std of 0.01 or nanoGPT's 0.02 were chosen next to token
-    embeddings of std 0.02, not of std 1: here they would leave positions 0.01-0.04 % of the
-    input's energy, the "positions vanish" failure of notebook 01.
+    Init N(0, 1/2), the sinusoids' mean square: GPT-2's std 0.02 next to unit-variance
+    tokens would make positions vanish (notebook 01).
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
@@ -246,11 +200,7 @@ def check_positional(positional: object, d_model: int) -> None:
 class InputEmbedding(nn.Module):
     """The input block of a stack: `tokens (B, S)` -> `Dropout(Embed(tokens)·√d_model + PE)`.
 
-    `token` is a `TokenEmbedding` (N(0, 1/d_model), scaled by √d_model), `position` the
-    positional encoding named by `positional` ("sinusoidal" or "learned"), which applies the
-    embedding dropout (the paper, section 5.4). The input block of the encoder-decoder
-    (`utils.model`) and of the decoder-only model (`utils.gpt`), which check the token ids
-    (`utils.checks.check_tokens`) before calling it: it trusts its caller.
+    It trusts its caller to have checked the token ids.
     """
 
     def __init__(

@@ -1,13 +1,7 @@
-"""A decoder-only language model from the book's own blocks (notebook 13).
+"""A decoder-only language model from the book's own blocks (notebook 13 derives it).
 
-A GPT is the Transformer's decoder without cross-attention: token embedding + positions,
-N layers of masked self-attention and FFN, a final LayerNorm (pre-norm) and a generator
-tied to the token embedding. The layer with exactly those two sublayers is the book's
-`EncoderLayer`; under a causal mask it is a GPT block. It uses the same `KVCache` as the
-encoder-decoder (`cross=False`), and the decoding algorithms of `utils.decoding` through
-`LMScorer`.
-
-Shapes: token ids `(B, T)`, logits `(B, T, vocab_size)`.
+A GPT block is the book's `EncoderLayer` under a causal mask. Shapes: token ids `(B, T)`,
+logits `(B, T, vocab_size)`.
 """
 
 from __future__ import annotations
@@ -40,16 +34,9 @@ __all__ = ["GPTConfig", "GPT", "LMScorer", "generate"]
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Hyper-parameters of the decoder-only model, with the paper's names.
+    """Hyper-parameters of the decoder-only model; shared fields as `utils.model.TransformerConfig`.
 
-    Args:
-        vocab_size: number of token ids.
-        d_model, n_heads, d_ff, n_layers, dropout: as in `utils.model.TransformerConfig`.
-        max_len: the context: the longest sequence the positional table accepts.
-        norm_first: pre-norm (GPT-2's choice, the default here) or the paper's post-norm.
-        positional: "learned" (GPT's choice) or "sinusoidal" (the paper's).
-        tie_embeddings: one matrix for the token embedding and the generator.
-        fused: build on the fast path (`utils.fast.use_fast_path`).
+    `max_len` is the context. Defaults follow GPT-2: pre-norm, learned positions, tied embeddings.
     """
 
     vocab_size: int
@@ -81,17 +68,8 @@ class GPTConfig:
 class GPT(nn.Module):
     """Decoder-only Transformer: `forward(tokens (B, T), cache=None)` -> logits `(B, T, V)`.
 
-    Attributes:
-        embed: `InputEmbedding` (`embed.token` scaled by √d_model, N(0, 1/d_model) as in the
-            book; `embed.position` with the embedding dropout), as the Transformer's.
-        layers: N `EncoderLayer`s, run under a causal mask: GPT blocks.
-        norm: the final `LayerNorm` (pre-norm only; post-norm layers end in one).
-        generator: `Generator`, its weight tied to `embed.token.weight` when
-            `tie_embeddings`.
-
-    Initialisation: the embeddings keep their own; every other matrix is Xavier-uniform and
-    every bias 0 (`init_weights_(..., zero_biases=True)`, GPT-2's convention; the
-    encoder-decoder keeps PyTorch's uniform biases).
+    `layers` are `EncoderLayer`s under a causal mask; `norm` is the final pre-norm LayerNorm.
+    Biases start at 0 (GPT-2's convention), unlike the encoder-decoder's.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -136,8 +114,7 @@ class GPT(nn.Module):
     def forward(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
         """`tokens (B, T)` -> logits `(B, T, vocab_size)`; logits at t predict token t + 1.
 
-        With `cache`, `tokens` are the *new* positions `cache.length ..`; they attend to
-        the cached keys/values and `cache.length` grows by T.
+        With `cache`, `tokens` are the new positions `cache.length ..`.
         """
         if cache is not None and not isinstance(cache, KVCache):
             raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
@@ -159,12 +136,8 @@ class GPT(nn.Module):
 class LMScorer:
     """Next-token logits of a `GPT`, for `utils.decoding` (greedy search, sampling).
 
-    The model sees at most `max_len` tokens. Longer generations slide a window: when the
-    sequence would outgrow the context, the window's start jumps forward by half the
-    context and the model reads `prefix[:, start:]` (positions restart at 0). With
-    `use_cache=True` the cache is rebuilt at each jump and otherwise extended one token at
-    a time; without it the window is recomputed every step. Both read exactly the same
-    window, so both give the same logits (within float rounding).
+    Past `max_len` tokens the window's start jumps forward by half the context (positions
+    restart at 0); with `use_cache` the cache is rebuilt at each jump, so both paths agree.
     """
 
     slides = True  # longer than max_len is allowed (see above)
@@ -212,9 +185,7 @@ def generate(
 ) -> Tensor:
     """Continue `prompt (B, t0)` by `max_new_tokens` tokens -> `(B, t0 + max_new_tokens)`.
 
-    Sampling (temperature, top-k, top-p; reproducible with a seeded `rng`, a
-    `torch.Generator`) or greedy.
-    A prompt longer than the context is a `ValueError`: the model could not read it whole.
+    Sampling (temperature, top-k, top-p; a seeded `rng` reproduces it) or greedy.
     """
     check_token_ids(prompt, "prompt")
     check_positive_int("max_new_tokens", max_new_tokens)

@@ -1,21 +1,8 @@
-"""The building blocks of one Transformer layer (notebooks 06-08).
-
-- `FeedForward`         the position-wise feed-forward network, FFN(x) = max(0, xW1 + b1)W2 + b2
-- `LayerNorm`           layer normalisation with the *biased* variance, as `nn.LayerNorm`
-- `SublayerConnection`  residual + dropout + LayerNorm around any sublayer, post- or pre-norm
-- `EncoderLayer`        self-attention and FFN, each wrapped in a `SublayerConnection`
-- `DecoderLayer`        masked self-attention, cross-attention and FFN, each wrapped likewise
+"""The building blocks of one Transformer layer (notebooks 06-08 derive them).
 
 Shapes are batch first: `x` is `(batch, seq, d_model)`. Masks are boolean with `True` = may
-attend, broadcastable to `(batch, heads, queries, keys)` (build them with `utils.masks`).
-
-Key/value cache (notebook 11): one design, `utils.cache.KVCache`. A layer's forward
-takes the `AttentionCache` of each of its attention blocks (`cache` for `EncoderLayer`, which
-the decoder-only model stacks under a causal mask; `self_cache` and `cross_cache` for
-`DecoderLayer`) and hands it to `MultiHeadAttention`; the layer structure is unchanged.
-
-Constructors check their arguments; `forward`s trust their callers (the stacks of
-`utils.model` check inputs and masks once). `init_weights_` is the book's initialisation.
+attend, broadcastable to `(batch, heads, queries, keys)` (`utils.masks`). Constructors check
+their arguments; `forward`s trust their callers (the stacks of `utils.model`).
 """
 
 from __future__ import annotations
@@ -45,25 +32,9 @@ __all__ = [
 
 
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network: FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2).
+    """Position-wise FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2): `(..., d_model)` -> same.
 
-    The same two linear maps act on every position independently (equivalently: two
-    convolutions with kernel size 1). Dropout acts on the hidden activations, after the ReLU,
-    where PyTorch's `nn.TransformerEncoderLayer` puts it (not in the paper; its provenance:
-    `utils.model.TransformerConfig`).
-
-    Args:
-        d_model: width of the input and output (512 in the base model).
-        d_ff: width of the hidden layer (2048 in the base model).
-        dropout: dropout probability on the hidden activations.
-
-    Shapes:
-        x: `(..., d_model)`, usually `(batch, seq, d_model)` -> `(..., d_model)`;
-        hidden activations are `(..., d_ff)`.
-
-    Attributes:
-        linear1: `nn.Linear(d_model, d_ff)`, weight `(d_ff, d_model)` = W1ᵀ.
-        linear2: `nn.Linear(d_ff, d_model)`, weight `(d_model, d_ff)` = W2ᵀ.
+    Hidden activations `(..., d_ff)`; dropout on them, after the ReLU, as PyTorch does.
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
@@ -89,26 +60,9 @@ class FeedForward(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """Layer normalisation over the last dimension, with a learned gain and bias.
+    """weight ⊙ (x - μ) / sqrt(σ² + eps) + bias over the last dim: `(..., d_model)` -> same.
 
-    For each position, with μ and σ² the mean and the *biased* variance (divide by d_model,
-    not d_model - 1) of its d_model features:
-
-        LayerNorm(x) = weight ⊙ (x - μ) / sqrt(σ² + eps) + bias
-
-    `eps` sits *inside* the square root. Both details match `nn.LayerNorm` (values and
-    gradients); the unbiased `std` and `std + eps` used by some tutorials do not.
-
-    Args:
-        d_model: number of features normalised together.
-        eps: added to the variance for numerical stability.
-
-    Shapes:
-        x: `(..., d_model)` -> `(..., d_model)`.
-
-    Attributes:
-        weight: the gain, `(d_model,)`, initialised to ones.
-        bias: `(d_model,)`, initialised to zeros.
+    σ² is the *biased* variance and eps sits inside the root, as `nn.LayerNorm` (notebook 06).
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
@@ -142,24 +96,10 @@ class LayerNorm(nn.Module):
 
 
 class SublayerConnection(nn.Module):
-    """Residual connection, dropout and LayerNorm around a sublayer.
+    """Residual, dropout and LayerNorm around a sublayer passed to `forward` as a callable.
 
-    - post-norm (the paper, `norm_first=False`): `norm(x + dropout(sublayer(x)))`;
-    - pre-norm (`norm_first=True`, Xiong et al. 2020): `x + dropout(sublayer(norm(x)))`.
-
-    The sublayer is passed to `forward` as a callable, so one wrapper serves
-    self-attention (`lambda y: attn(y, y, y, mask)`), cross-attention and the FFN.
-
-    Args:
-        d_model: feature width.
-        dropout: dropout probability applied to the sublayer's output before the residual sum.
-        norm_first: pre-norm when True, post-norm (the paper) when False.
-
-    Shapes:
-        x: `(batch, seq, d_model)`; `sublayer` must map it to the same shape.
-
-    Attributes:
-        norm: the `LayerNorm(d_model)`.
+    Post-norm (the paper): `norm(x + dropout(sublayer(x)))`; pre-norm (`norm_first`, Xiong et
+    al. 2020): `x + dropout(sublayer(norm(x)))`.
     """
 
     def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
@@ -218,15 +158,9 @@ class _Layer(nn.Module):
 
 
 class EncoderLayer(_Layer):
-    """One encoder layer: self-attention, then the FFN, each in a `SublayerConnection`.
+    """Self-attention, then the FFN, each in a `SublayerConnection`.
 
-    Dropout (one `dropout` for all sites, as PyTorch's `nn.TransformerEncoderLayer`; see
-    `utils.model.TransformerConfig` for where each site comes from) acts on each sublayer's
-    output, the FFN's hidden activations and the attention weights. `sublayers[i].norm` is
-    PyTorch's `norm{i+1}`. `d_k`, `d_v` default to `d_model // n_heads`.
-
-    Shapes: x `(batch, S, d_model)`, mask bool (`True` = may attend) broadcastable to
-    `(batch, n_heads, S, S)`, usually `(batch, 1, 1, S)` -> `(batch, S, d_model)`.
+    x `(batch, S, d_model)`, mask broadcastable to `(batch, n_heads, S, S)` -> same shape.
     """
 
     cross = False
@@ -236,9 +170,7 @@ class EncoderLayer(_Layer):
     ) -> Tensor:
         """`(batch, S, d_model)` -> `(batch, S, d_model)`.
 
-        `cache` is for decoder-only use (`utils.gpt`, notebook 13): under a causal mask this
-        layer is a GPT block, `x` holds only the new positions and the self-attention keys
-        and values of the earlier ones are kept in `cache`.
+        `cache` is for decoder-only use (`utils.gpt`): under a causal mask this is a GPT block.
         """
         # Y = LayerNorm(X + Dropout(MultiHead(X, X, X))); out = LayerNorm(Y + Dropout(FFN(Y)))
         x = self.sublayers[0](x, lambda y: self.self_attn(y, y, y, mask=mask, cache=cache))
@@ -246,15 +178,9 @@ class EncoderLayer(_Layer):
 
 
 class DecoderLayer(_Layer):
-    """One decoder layer: masked self-attention, cross-attention, FFN, each in a sublayer.
+    """Masked self-attention, cross-attention (keys/values from `memory`), FFN, each in a sublayer.
 
-    Self-attention sees earlier target positions (`tgt_mask` makes it causal); cross-attention
-    takes its queries from the decoder and its keys and values from the encoder output
-    `memory` (`memory_mask` hides source padding). Sizes and dropout as `EncoderLayer`;
-    `sublayers` = [self-attention, cross-attention, FFN], `sublayers[i].norm` is PyTorch's
-    `norm{i+1}`.
-
-    Shapes: x `(batch, T, d_model)`, memory `(batch, S, d_model)`, tgt_mask broadcastable to
+    x `(batch, T, d_model)`, memory `(batch, S, d_model)`, tgt_mask broadcastable to
     `(batch, n_heads, T, T)`, memory_mask to `(batch, n_heads, T, S)` -> `(batch, T, d_model)`.
     """
 
@@ -271,9 +197,7 @@ class DecoderLayer(_Layer):
     ) -> Tensor:
         """`x` `(batch, T, d_model)`, `memory` `(batch, S, d_model)` -> `(batch, T, d_model)`.
 
-        Incremental decoding (notebook 11) passes `self_cache` (keys/values of the earlier
-        target positions; `x` is then only the new positions, and `tgt_mask` is
-        `(T, T_cached + T)`) and `cross_cache` (the memory's keys/values, projected once).
+        With `self_cache`, `x` holds only the new positions and `tgt_mask` is `(T, T_cached + T)`.
         """
         # post-norm: Y = LayerNorm(X + Dropout(MultiHead(X, X, X), causal)),
         # Z = LayerNorm(Y + Dropout(MultiHead(Y, M, M))), out = LayerNorm(Z + Dropout(FFN(Z)))
@@ -288,18 +212,10 @@ class DecoderLayer(_Layer):
 def init_weights_(
     module: nn.Module, *, zero_biases: bool, skip: Iterable[nn.Parameter] = ()
 ) -> nn.Module:
-    """The book's initialisation, in place: Xavier-uniform every weight matrix of `module`
-    (every parameter with dim > 1) except those in `skip`; returns `module`.
+    """Xavier-uniform every weight matrix (dim > 1) of `module` not in `skip`, in place.
 
-    Xavier keeps an activation's variance roughly constant through each linear map (notebook
-    09 section 4). One argument tells the two models apart, and must stay as it is, because
-    every trained number of the book depends on it:
-    - `zero_biases=False`: biases keep what they have, PyTorch's default uniform draw (the
-      encoder-decoder `utils.model.Transformer` and `nn.Transformer`, notebooks 06-09);
-    - `zero_biases=True`: every `nn.Linear` bias becomes 0 (GPT-2's convention, `utils.gpt`).
-    LayerNorm parameters (dim 1) keep gain 1 and bias 0. Embedding tables belong in `skip`:
-    theirs is N(0, 1/d_model) (`TokenEmbedding.reset_parameters`). Draws happen in the order of
-    `module.parameters()` (a shared matrix once), so a seed gives the same weights.
+    `zero_biases=True` zeroes every `nn.Linear` bias (GPT-2, `utils.gpt`); `False` keeps
+    PyTorch's default draw (`utils.model`). Every trained number of the book depends on it.
     """
     if not isinstance(module, nn.Module):
         raise ValueError(f"module must be an nn.Module, got {type(module).__name__}")

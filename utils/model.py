@@ -1,23 +1,8 @@
-"""The whole Transformer: config, encoder, decoder, generator (notebook 09).
-
-- `TransformerConfig`  frozen hyper-parameters with the paper's names; presets `base`, `big`
-- `Encoder`, `Decoder` stacks of N layers (plus a final LayerNorm when pre-norm)
-- `Generator`          the pre-softmax linear map to vocabulary logits
-- `Transformer`        embeddings + encoder + decoder + generator; `encode` / `decode` / `forward`
-- `count_parameters`, `parameter_breakdown`, `transformer_parameter_count`: measured vs
-  symbolic parameter counts (the paper's Table 3)
+"""The whole Transformer: config, encoder, decoder, generator (notebook 09 derives it).
 
 Shapes are batch first: token ids `(batch, seq)`, hidden states `(batch, seq, d_model)`,
-logits `(batch, seq, vocab)`. Masks are boolean with `True` = may attend.
-
-Decoding (notebook 11) calls `encode` once and `decode` once per step. With a key/value
-cache (`init_cache()`, a `utils.cache.KVCache`), each `decode` call takes only the new
-target positions: they are embedded at their true positions (`cache.length` onwards), attend
-to the cached keys/values, and the cross-attention projects the memory once per source.
-
-Inputs are checked here, at the door (`Encoder.forward`, `Decoder.forward`, `Transformer`'s
-`encode`, `decode` and `forward`, with the embeddings checking token ids); the layers inside
-trust them.
+logits `(batch, seq, vocab)`. Masks are boolean with `True` = may attend. Inputs are
+checked at the door (the stacks' and `Transformer`'s forwards); the layers inside trust them.
 """
 
 from __future__ import annotations
@@ -72,38 +57,16 @@ __all__ = [
 class TransformerConfig:
     """Hyper-parameters of an encoder-decoder Transformer, with the paper's names.
 
-    Args:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes of source and target.
-        d_model: model width (512 base, 1024 big).
-        n_heads: number of attention heads h (8 base, 16 big).
-        d_ff: inner width of the feed-forward network (2048 base, 4096 big).
-        n_layers: N, the number of layers of the encoder and, separately, of the decoder.
-        dropout: P_drop, one probability for every dropout site. Where each site comes
-            from: embedding + position sums and sublayer outputs (before the residual sum)
-            are the paper's (section 5.4, "Residual Dropout"); FFN hidden activations and
-            attention weights are not in the paper but in Tensor2Tensor's later presets
-            (`relu_dropout` and `attention_dropout`, 0.1 in `transformer_base_v2`, 0 in
-            `transformer_base_v1`) and in PyTorch's `nn.TransformerEncoderLayer` /
-            `nn.TransformerDecoderLayer`, which use their one `dropout` at every site inside
-            a layer (PyTorch has no embeddings). We follow PyTorch (notebook 07).
-        d_k, d_v: per-head query/key and value widths; `None` means `d_model // n_heads`
-            (use the properties `key_dim`, `value_dim` for the resolved numbers). Kept as
-            `None` rather than filled in, so `dataclasses.replace(cfg, d_model=...)` stays
-            consistent.
-        max_len: longest sequence the positional encoding accepts.
-        norm_first: pre-norm layers (+ final LayerNorms) instead of the paper's post-norm.
-        share_embeddings: three-way weight tying (section 3.4): one matrix for the source
-            embedding, the target embedding and the generator. Needs one shared vocabulary.
-        positional: "sinusoidal" (the paper) or "learned" (Table 3, row E).
-        pad_id: the padding token id, used to build masks when none are given.
-        bos_id, eos_id: the begin- and end-of-sequence ids decoding starts and stops with
-            (defaults: the book's `utils.vocab` ids).
-        fused: build the model on the fast path (`utils.fast`): the same function in fewer
-            kernels, no attention weights kept; what training uses.
-            `utils.fast.use_fast_path(model, enabled)` switches it later.
+    `dropout` is P_drop, one probability for every site. Embedding + position sums and
+    sublayer outputs are the paper's (section 5.4); FFN hidden activations and attention
+    weights come from Tensor2Tensor's later presets (`relu_dropout`, `attention_dropout`:
+    0.1 in `transformer_base_v2`, 0 in `v1`) and PyTorch's `nn.TransformerEncoderLayer`,
+    which uses one `dropout` everywhere. We follow PyTorch (notebook 07).
 
-    Raises:
-        ValueError: for any inconsistent or out-of-range value, naming it.
+    `d_k`, `d_v` = `None` mean `d_model // n_heads` (resolved: `key_dim`, `value_dim`); kept
+    `None` so `replace(d_model=...)` stays consistent. `share_embeddings`: one matrix for both
+    embeddings and the generator (section 3.4). `positional`: "sinusoidal" or "learned"
+    (Table 3, row E). `fused`: build on the fast path (`utils.fast`).
     """
 
     src_vocab_size: int
@@ -183,12 +146,7 @@ class TransformerConfig:
     def base(
         cls, src_vocab_size: int = 37000, tgt_vocab_size: int | None = None, **overrides: Any
     ) -> TransformerConfig:
-        """The paper's base model: d_model 512, h 8, d_ff 2048, N 6, P_drop 0.1.
-
-        `tgt_vocab_size` defaults to `src_vocab_size`; with one vocabulary the embeddings are
-        shared (as in the paper's 37000-token English-German BPE vocabulary) unless
-        `share_embeddings=False` is passed.
-        """
+        """The paper's base model; one vocabulary means shared embeddings unless overridden."""
         return cls._preset(
             src_vocab_size,
             tgt_vocab_size,
@@ -200,10 +158,7 @@ class TransformerConfig:
     def big(
         cls, src_vocab_size: int = 37000, tgt_vocab_size: int | None = None, **overrides: Any
     ) -> TransformerConfig:
-        """The paper's big model: d_model 1024, h 16, d_ff 4096, N 6, P_drop 0.3.
-
-        (The paper used P_drop 0.1 for big English-French.) Vocabulary handling as `base`.
-        """
+        """The paper's big model, P_drop 0.3 (the paper used 0.1 for English-French)."""
         return cls._preset(
             src_vocab_size,
             tgt_vocab_size,
@@ -260,15 +215,9 @@ def _layer_args(config: TransformerConfig) -> _LayerArgs:
 
 
 class Encoder(nn.Module):
-    """N `EncoderLayer`s; with pre-norm (`config.norm_first`) a final `LayerNorm` follows.
+    """N `EncoderLayer`s, plus a final `LayerNorm` when pre-norm (its stream is un-normalised).
 
-    Pre-norm layers leave their residual stream un-normalised, so the stack ends with a
-    LayerNorm (as `nn.TransformerEncoder(..., norm=LayerNorm)`); post-norm layers already
-    end in one, and the paper has no extra norm, so then `norm` is `None`.
-
-    Shapes:
-        x: `(batch, S, d_model)`; mask: bool, `True` = may attend, broadcastable to
-        `(batch, n_heads, S, S)`, usually `(batch, 1, 1, S)` -> `(batch, S, d_model)`.
+    x `(batch, S, d_model)`, mask broadcastable to `(batch, n_heads, S, S)` -> same shape.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -291,13 +240,10 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N `DecoderLayer`s; with pre-norm a final `LayerNorm` follows (see `Encoder`).
+    """N `DecoderLayer`s, plus a final `LayerNorm` when pre-norm.
 
-    Shapes:
-        x: `(batch, T, d_model)`; memory: `(batch, S, d_model)`;
-        tgt_mask: broadcastable to `(batch, n_heads, T, T)`, usually `(batch, 1, T, T)`;
-        memory_mask: broadcastable to `(batch, n_heads, T, S)`, usually `(batch, 1, 1, S)`
-        -> `(batch, T, d_model)`.
+    x `(batch, T, d_model)`, memory `(batch, S, d_model)`, tgt_mask broadcastable to
+    `(batch, n_heads, T, T)`, memory_mask to `(batch, n_heads, T, S)` -> `(batch, T, d_model)`.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -318,10 +264,7 @@ class Decoder(nn.Module):
     ) -> Tensor:
         """`x (batch, T, d_model)`, `memory (batch, S, d_model)` -> `(batch, T, d_model)`.
 
-        With `cache` (a `KVCache` with cross-attention caches, one per layer), `x` holds only
-        the new positions and each layer reads and extends its caches; `tgt_mask` then covers
-        the cached keys too, `(T, cache.length + T)`. Checks `x`, `memory`, the masks and
-        the cache.
+        With `cache`, `x` holds only the new positions and `tgt_mask` is `(T, cache.length + T)`.
         """
         check_features("x", x, self.d_model)
         check_memory(x, memory, self.d_model)
@@ -344,17 +287,9 @@ class Decoder(nn.Module):
 
 
 class Generator(nn.Module):
-    """The pre-softmax linear map: hidden `(batch, T, d_model)` -> logits `(batch, T, vocab)`.
+    """Hidden `(batch, T, d_model)` -> logits `(batch, T, vocab)`: logits, not probabilities.
 
-    It returns *logits*, not probabilities: the loss (`nn.CrossEntropyLoss`, or label
-    smoothing in notebook 10) applies `log_softmax` itself, fused and numerically stable.
-    A softmax here would feed probabilities to a loss that expects logits and silently train
-    on the wrong objective (notebook 09, pitfalls); greedy and beam search need only
-    `log_softmax(logits)` or `argmax`, and sampling divides logits by a temperature first.
-
-    Attributes:
-        proj: `nn.Linear(d_model, vocab_size)`; its weight `(vocab_size, d_model)` has the
-            shape of an embedding matrix, so it can be tied to one.
+    The loss applies `log_softmax` itself; a softmax here trains the wrong objective (notebook 09).
     """
 
     def __init__(self, d_model: int, vocab_size: int) -> None:
@@ -386,13 +321,7 @@ def _embedding(config: TransformerConfig, vocab_size: int) -> InputEmbedding:
 
 
 def make_embedding(config: TransformerConfig, vocab_size: int) -> InputEmbedding:
-    """The input block of either stack, built exactly as `Transformer` builds its own.
-
-    An `InputEmbedding` (`token`: lookup scaled by √d_model, pad row `config.pad_id`;
-    `position`: the encoding named by `config.positional`, with `config.dropout`): tokens
-    `(batch, S)` -> `Dropout(Embed(tokens)·√d_model + PE)` `(batch, S, d_model)`. Notebooks 07
-    and 08 use it to feed a bare `Encoder` or `Decoder`.
-    """
+    """The `InputEmbedding` `Transformer` builds: tokens `(batch, S)` -> `(batch, S, d_model)`."""
     _check_config(config)
     check_positive_int("vocab_size", vocab_size)
     return _embedding(config, vocab_size)
@@ -401,36 +330,15 @@ def make_embedding(config: TransformerConfig, vocab_size: int) -> InputEmbedding
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need" (figure 1).
 
-    `forward(src, tgt)` = `generator(decode(tgt, encode(src)))`, with masks built from
-    `config.pad_id` when not given: a padding mask for the source (used by the encoder's
-    self-attention and the decoder's cross-attention) and padding & causal for the target.
+    `forward(src, tgt)` = `generator(decode(tgt, encode(src)))`; masks default to padding
+    (source) and padding & causal (target) from `config.pad_id`.
 
-    Embeddings: `src_embed` and `tgt_embed` are `InputEmbedding`s (`token`: a TokenEmbedding
-    scaled by √d_model; `position`: the positional encoding, with dropout). With
-    `config.share_embeddings`, `tgt_embed.token.weight` and `generator.proj.weight` *are*
-    `src_embed.token.weight` (one Parameter, counted and initialised once). The pad row
-    starts at zero; the lookup gives it no gradient, but a tied generator does (the pad
-    logit is part of every softmax), which is harmless: padded positions are masked.
+    Init (notebook 09 derives it): weight matrices Xavier-uniform; token embeddings
+    N(0, 1/d_model), so after the √d_model scale they match the sinusoids' scale; learned
+    positions N(0, 1/2); biases and LayerNorms PyTorch's defaults.
 
-    Initialisation (`reset_parameters`, run once at construction):
-    - every other weight matrix (dim > 1: attention projections, FFN, an untied
-      generator) is Xavier-uniform, as in the Annotated Transformer and `nn.Transformer`;
-      it keeps activation variance roughly constant through each linear map;
-    - token embeddings are N(0, 1/d_model) (with the pad row zero): after the √d_model
-      scaling they have unit variance, the scale of the sinusoids they are added to, and a
-      tied generator gives logits of about unit variance for LayerNorm-ed inputs.
-      Xavier-uniform on a (37000 × 512) table would give std ≈ 0.007, so the scaled
-      embeddings (std ≈ 0.16) would be drowned by the positional signal;
-    - learned positional tables keep their module's N(0, 1/2) init (the sinusoids' mean
-      square, so positions are not drowned by unit-variance tokens); biases and
-      LayerNorms get PyTorch's defaults (`init_weights_(..., zero_biases=False)`; LayerNorm
-      gain 1, bias 0).
-
-    Shapes:
-        src: `(batch, S)` token ids; tgt: `(batch, T)` token ids;
-        src_mask: bool, broadcastable to `(batch, n_heads, S, S)` and `(batch, n_heads, T, S)`,
-            usually `(batch, 1, 1, S)`; tgt_mask: bool, `(batch, 1, T, T)` or `(T, T)`.
-        forward -> logits `(batch, T, tgt_vocab_size)`.
+    src `(batch, S)`, tgt `(batch, T)` ids; src_mask usually `(batch, 1, 1, S)`, tgt_mask
+    `(batch, 1, T, T)` or `(T, T)` -> logits `(batch, T, tgt_vocab_size)`.
     """
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -475,10 +383,7 @@ class Transformer(nn.Module):
         return target_mask(tgt, self.config.pad_id)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Source ids `(batch, S)` -> memory `(batch, S, d_model)`.
-
-        `src_mask` defaults to `self.make_src_mask(src)` (padding).
-        """
+        """Source ids `(batch, S)` -> memory `(batch, S, d_model)`; `src_mask` defaults: padding."""
         check_tokens(src, self.config.src_vocab_size, self.config.max_len, "src")
         if src_mask is None:
             src_mask = self.make_src_mask(src)
@@ -498,17 +403,9 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Target ids `(batch, T)` and memory `(batch, S, d_model)` -> hidden `(batch, T, d_model)`.
 
-        The arguments of `Decoder.forward`, with token ids for `tgt`. `tgt_mask` defaults to
-        `self.make_tgt_mask(tgt)` (padding & causal). `memory_mask` hides source padding from
-        cross-attention; `decode` cannot rebuild it from `memory`, so pass the `src_mask`
-        used in `encode` (`forward` does). `None` lets every query attend every memory
-        position. Apply `generator` to get logits.
-
-        With `cache` (from `init_cache()`), `tgt` holds only the *new* target positions:
-        they are embedded at positions `cache.length ..`, `tgt_mask` defaults to the causal
-        mask `(T, cache.length + T)` (no target padding: in decoding, positions after a
-        sequence's `<eos>` are never read), and `cache.length` grows by T. The hidden states
-        equal those of the full recomputation at the same positions (tests: 1e-5).
+        `memory_mask` cannot be rebuilt from `memory`: pass `encode`'s `src_mask`. With `cache`,
+        `tgt` holds only the new positions, embedded at `cache.length ..`; `tgt_mask` defaults to
+        causal `(T, cache.length + T)` and `cache.length` grows by T.
         """
         if cache is not None and not isinstance(cache, KVCache):
             raise ValueError(f"cache must be a KVCache (from init_cache()), got {cache!r}")
@@ -534,10 +431,7 @@ class Transformer(nn.Module):
     ) -> Tensor:
         """Source ids `(batch, S)`, target ids `(batch, T)` -> logits `(batch, T, tgt_vocab)`.
 
-        `tgt` is the decoder input (the target shifted right, starting with BOS); logits at
-        position t predict target token t + 1. Masks default to those built from `pad_id`.
-        `encode` and `decode` check the inputs (a `tgt` of another batch size than `src`
-        meets a memory of another batch size).
+        `tgt` is the target shifted right (starting with BOS): logits at t predict token t + 1.
         """
         memory = self.encode(src, src_mask)  # checks src first, so errors name it
         if src_mask is None:
@@ -551,26 +445,14 @@ class Transformer(nn.Module):
 
 
 def count_parameters(module: nn.Module, trainable_only: bool = False) -> int:
-    """The number of scalar parameters of `module`, each shared Parameter counted once.
-
-    `module.parameters()` already deduplicates by identity, so a matrix tied between the
-    embeddings and the generator is counted once (a copy would be counted twice). Buffers
-    such as the sinusoidal table are not parameters and are not counted.
-    """
+    """Scalar parameters of `module`, a shared Parameter once; buffers are not counted."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
 
 
 def parameter_breakdown(config: TransformerConfig) -> dict[str, int]:
-    """The symbolic parameter count of `Transformer(config)`, by part.
+    """The symbolic parameter count of `Transformer(config)` by part (notebook 09, Table 3).
 
-    With d = d_model, h = n_heads, N = n_layers, V_s / V_t the vocabulary sizes:
-    - multi-head attention: W^Q, W^K (d × h·d_k), W^V (d × h·d_v), W^O (h·d_v × d) and
-      biases: 2·d·h·d_k + 2·d·h·d_v + 2·h·d_k + h·d_v + d (= 4d² + 4d when h·d_k = h·d_v = d);
-    - FFN: 2·d·d_ff + d_ff + d;   LayerNorm: 2d;
-    - encoder layer: attention + FFN + 2 LayerNorms; decoder layer: 2 attentions + FFN +
-      3 LayerNorms; pre-norm adds one final LayerNorm per stack;
-    - embeddings: V_s·d + V_t·d, or V·d once with sharing; learned positions add
-      max_len·d per side; the generator adds V_t·d (unless tied) + V_t (its bias).
+    Attention 2·d·h·d_k + 2·d·h·d_v + 2·h·d_k + h·d_v + d; FFN 2·d·d_ff + d_ff + d; LayerNorm 2d.
     """
     _check_config(config)
     d, h, dk, dv, dff = (
@@ -596,8 +478,5 @@ def parameter_breakdown(config: TransformerConfig) -> dict[str, int]:
 
 
 def transformer_parameter_count(config: TransformerConfig) -> int:
-    """The symbolic total of `parameter_breakdown(config)`.
-
-    Equals `count_parameters(Transformer(config))` (the tests check it for several configs).
-    """
+    """The symbolic total of `parameter_breakdown(config)`; equals `count_parameters`."""
     return sum(parameter_breakdown(config).values())

@@ -1,23 +1,8 @@
 """Copy our weights into PyTorch's own modules, for the parity checks of notebooks 04-09.
 
-Every from-scratch module of the book is checked against its `torch.nn` counterpart: build
-both, copy our weights into theirs with one of these functions, feed both the same input in
-`eval()` mode (dropout off) and compare. The copiers live here, in one module, so the model
-files read like the paper.
-
-- `copy_to_torch_mha`            `MultiHeadAttention` -> `nn.MultiheadAttention`
-- `copy_to_torch_encoder_layer`  `EncoderLayer` -> `nn.TransformerEncoderLayer`
-- `copy_to_torch_decoder_layer`  `DecoderLayer` -> `nn.TransformerDecoderLayer`
-- `copy_to_torch_encoder`, `copy_to_torch_decoder`, `copy_to_torch_transformer`: the stacks
-  and the whole model -> `nn.TransformerEncoder`, `nn.TransformerDecoder`, `nn.Transformer`.
-- `torch_encoder_layer`, `torch_decoder_layer`, `torch_encoder`, `torch_decoder`,
-  `torch_transformer`: build the `torch.nn` module that matches ours (same sizes, `norm_first`,
-  `batch_first=True`; a final LayerNorm on a stack exactly when ours has one), so the
-  comparisons do not retype PyTorch's arguments. Building one draws random numbers (PyTorch
-  initialises it), as calling its constructor does.
-
-Bad pairs (other sizes, another `norm_first`, a missing final norm, ...) raise `ValueError`
-naming what differs; nothing is copied silently into a module that cannot match.
+Build both, copy ours into theirs, compare in `eval()` mode. The copiers live here so the
+model files read like the paper; `torch_*` build the matching `torch.nn` module. A pair
+that cannot match raises `ValueError` naming what differs.
 """
 
 from __future__ import annotations
@@ -49,15 +34,10 @@ __all__ = [
 
 
 def copy_to_torch_mha(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
-    """Copy our weights into PyTorch's `nn.MultiheadAttention` (for parity checks).
+    """Copy our weights into `nn.MultiheadAttention`: `in_proj_weight` is `[W_q; W_k; W_v]`.
 
-    PyTorch keeps the three input projections stacked in `in_proj_weight`
-    (`[W_q; W_k; W_v]`, shape `(3*d_model, d_model)`) and cuts heads the same way
-    `split_heads` does, so the copy is a concatenation. PyTorch's heads always have width
-    `d_model // n_heads`, so `ours` must use the default `d_k = d_v = d_model // n_heads`.
-
-    Note: `nn.MultiheadAttention`'s bool masks mean True = *not* allowed (the opposite of
-    ours); see `utils.masks.to_torch_attn_mask`.
+    PyTorch's heads have width `d_model // n_heads`, so `ours` must use the default d_k, d_v.
+    Its bool masks mean True = *not* allowed (`utils.masks.to_torch_attn_mask`).
     """
     if not isinstance(ours, MultiHeadAttention) or not isinstance(theirs, nn.MultiheadAttention):
         raise ValueError(
@@ -141,14 +121,7 @@ def _check_torch_layer(
 
 @torch.no_grad()
 def copy_to_torch_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncoderLayer) -> None:
-    """Copy our encoder layer's weights into `nn.TransformerEncoderLayer` (in place).
-
-    `theirs` must be built with the same `d_model`, `nhead`, `dim_feedforward`,
-    `norm_first`, `activation="relu"` and `batch_first=True`; PyTorch has no d_k ≠
-    d_model / n_heads. Mapping: `self_attn` -> `self_attn` (via `copy_to_torch_mha`),
-    `ffn.linear1/2` -> `linear1/2`, `sublayers[i].norm` -> `norm{i+1}`. Dropout is not a
-    weight: compare in `eval()` mode.
-    """
+    """Copy our encoder layer into `nn.TransformerEncoderLayer` (norm i = `norm{i+1}`)."""
     _check_torch_layer(ours, theirs)
     copy_to_torch_mha(ours.self_attn, theirs.self_attn)
     _copy_linear("ffn.linear1", ours.ffn.linear1, theirs.linear1)
@@ -159,12 +132,7 @@ def copy_to_torch_encoder_layer(ours: EncoderLayer, theirs: nn.TransformerEncode
 
 @torch.no_grad()
 def copy_to_torch_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -> None:
-    """Copy our decoder layer's weights into `nn.TransformerDecoderLayer` (in place).
-
-    Same requirements as `copy_to_torch_encoder_layer`. Mapping: `self_attn` ->
-    `self_attn`, `cross_attn` -> `multihead_attn`, `ffn.linear1/2` -> `linear1/2`,
-    `sublayers[i].norm` -> `norm{i+1}`.
-    """
+    """Copy our decoder layer into `nn.TransformerDecoderLayer`; `cross_attn` = `multihead_attn`."""
     _check_torch_layer(ours, theirs)
     copy_to_torch_mha(ours.self_attn, theirs.self_attn)
     copy_to_torch_mha(ours.cross_attn, theirs.multihead_attn)
@@ -209,38 +177,22 @@ def _copy_stack(
 
 @torch.no_grad()
 def copy_to_torch_encoder(ours: Encoder, theirs: nn.TransformerEncoder) -> None:
-    """Copy our encoder stack into `nn.TransformerEncoder` (built with `batch_first=True`).
-
-    Our post-norm encoder has no final norm: build theirs with `norm=None`; our pre-norm
-    encoder has one: build theirs with `norm=nn.LayerNorm(d_model)`. A mismatch is an error.
-    """
+    """Copy our encoder stack into `nn.TransformerEncoder`; final norm only for pre-norm."""
     _copy_stack("encoder", ours, theirs, copy_to_torch_encoder_layer)
 
 
 @torch.no_grad()
 def copy_to_torch_decoder(ours: Decoder, theirs: nn.TransformerDecoder) -> None:
-    """Copy our decoder stack into `nn.TransformerDecoder` (built with `batch_first=True`).
-
-    Final norms as in `copy_to_torch_encoder`: `norm=None` for post-norm, a LayerNorm for
-    pre-norm.
-    """
+    """Copy our decoder stack into `nn.TransformerDecoder`; final norm only for pre-norm."""
     _copy_stack("decoder", ours, theirs, copy_to_torch_decoder_layer)
 
 
 @torch.no_grad()
 def copy_to_torch_transformer(ours: Transformer, theirs: nn.Transformer) -> None:
-    """Copy our encoder and decoder stacks into `nn.Transformer` (in place).
+    """Copy our encoder and decoder stacks into `nn.Transformer` (no embeddings, no generator).
 
-    `nn.Transformer` has no embeddings and no generator: feed it our embedded inputs
-    (`ours.src_embed(src)`, `ours.tgt_embed(tgt)`) and apply `ours.generator` to its output.
-
-    Final norms: `nn.Transformer` *always* ends its encoder and decoder with a LayerNorm,
-    even with `norm_first=False`, where each post-norm layer already ends in one; the paper
-    has no such extra norm and neither do we. A LayerNorm cannot be set to the identity
-    (with gain 1 and bias 0 it still rescales by 1/sqrt(1 + eps)), so for a post-norm model
-    this function *removes* them: `theirs.encoder.norm = theirs.decoder.norm = None`, which
-    `nn.TransformerEncoder/Decoder` support. For a pre-norm model both sides have final
-    norms and they are copied.
+    `nn.Transformer` always ends each stack with a LayerNorm, which cannot be the identity
+    (it rescales by 1/sqrt(1 + eps)), so for a post-norm model this *removes* them.
     """
     if not isinstance(ours, Transformer) or not isinstance(theirs, nn.Transformer):
         raise ValueError(
@@ -288,9 +240,10 @@ def _layer_sizes(config: TransformerConfig) -> tuple[int, int, int, float, bool]
 def torch_encoder(
     config: TransformerConfig, enable_nested_tensor: bool = False
 ) -> nn.TransformerEncoder:
-    """`nn.TransformerEncoder` like `Encoder(config)`: `config.n_layers` layers and a final
-    LayerNorm only for pre-norm. `enable_nested_tensor` is PyTorch's padding fast path
-    (its default is True; off here, so outputs at padded positions are computed, as ours)."""
+    """`nn.TransformerEncoder` like `Encoder(config)`, final LayerNorm only for pre-norm.
+
+    `enable_nested_tensor` is off, so padded positions are computed, as ours.
+    """
     norm = nn.LayerNorm(config.d_model) if config.norm_first else None
     return nn.TransformerEncoder(
         torch_encoder_layer(*_layer_sizes(config)),
@@ -309,11 +262,7 @@ def torch_decoder(config: TransformerConfig) -> nn.TransformerDecoder:
 
 
 def torch_transformer(config: TransformerConfig) -> nn.Transformer:
-    """`nn.Transformer` with `config`'s sizes, dropout and `norm_first`.
-
-    It always has final LayerNorms on both stacks; `copy_to_torch_transformer` removes them
-    for a post-norm model (see there). Embeddings and generator are not part of it.
-    """
+    """`nn.Transformer` with `config`'s sizes, dropout and `norm_first`; final norms always."""
     d_model, n_heads, d_ff, dropout, norm_first = _layer_sizes(config)
     with warnings.catch_warnings():  # pre-norm: "enable_nested_tensor is True, but ..."
         warnings.filterwarnings("ignore", message="enable_nested_tensor is True")

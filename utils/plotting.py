@@ -1,11 +1,5 @@
 """Heatmaps with one look for every picture in the book.
 
-- `plot_attention`: attention weights, queries (rows) x keys (columns);
-- `plot_mask`: a boolean mask, True = may attend;
-- `plot_positional_encoding`: a positional-encoding matrix, positions x dimensions;
-- `plot_attention_grid`: multi-head maps, one panel per head (and a row per layer);
-- `plot_history`: training curves, the loss and the learning rate against the step.
-
 Every function accepts a torch tensor or a NumPy array, validates its rank and labels, and
 returns the matplotlib figure and axes so a notebook can adjust them.
 """
@@ -101,20 +95,9 @@ def plot_attention(
     colorbar: bool = True,
     vmax: float | None = 1.0,
 ) -> tuple[Figure, Axes]:
-    """Heatmap of one attention matrix.
+    """Heatmap of one attention matrix `weights (queries, keys)` -> `(figure, axes)`.
 
-    Args:
-        weights: `(queries, keys)`; row `i` is the distribution query `i` puts over the keys.
-        query_labels: one label per query (the rows), e.g. target tokens.
-        key_labels: one label per key (the columns), e.g. source tokens.
-        ax: draw into this axes instead of a new figure.
-        title: axes title.
-        annotate: write each weight (2 decimals) in its cell; default: when the matrix is small.
-        colorbar: draw a colour bar.
-        vmax: top of the colour scale (1.0, so maps are comparable); None scales to the data.
-
-    Returns:
-        `(figure, axes)`.
+    `annotate` defaults to on for small matrices; `vmax=1.0` keeps maps comparable.
     """
     w = _as_array(weights, 2, "weights")
     ylabels = _check_labels(query_labels, w.shape[0], "query_labels", "query row")
@@ -155,16 +138,7 @@ def plot_mask(
     title: str | None = None,
     legend: bool = True,
 ) -> tuple[Figure, Axes]:
-    """Heatmap of a boolean attention mask, `True` = may attend (the book's convention).
-
-    Args:
-        mask: `(queries, keys)`, dtype bool. Squeeze broadcast dimensions first, e.g.
-            `padding_mask(...)[0, 0]`.
-        query_labels, key_labels: one label per row / column.
-
-    Returns:
-        `(figure, axes)`.
-    """
+    """Heatmap of a bool mask `(queries, keys)`, `True` = may attend; squeeze broadcast dims."""
     if isinstance(mask, torch.Tensor) and mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
     if isinstance(mask, np.ndarray) and mask.dtype != np.bool_:
@@ -218,14 +192,7 @@ def plot_positional_encoding(
     title: str | None = None,
     colorbar: bool = True,
 ) -> tuple[Figure, Axes]:
-    """Heatmap of a positional-encoding matrix `(positions, d_model)`.
-
-    Rows are positions `p`, columns are dimensions `i`; a diverging colour map centred on 0
-    shows the sign, so the sinusoids' stripes are visible.
-
-    Returns:
-        `(figure, axes)`.
-    """
+    """Heatmap of `encoding (positions, d_model)`, diverging colours centred on 0."""
     pe = _as_array(encoding, 2, "encoding")
     if ax is None:
         fig, ax = plt.subplots(figsize=(7.0, 4.0), layout="constrained")
@@ -262,24 +229,10 @@ def plot_attention_grid(
     panel_size: float = 2.4,
     scale: str = "fixed",
 ) -> tuple[Figure, np.ndarray]:
-    """A grid of attention heatmaps: one panel per head, one row per layer.
+    """Attention heatmaps, a panel per head, a row per layer -> `(figure, axes (layers, heads))`.
 
-    Heads and layers are numbered from 0, as in code (`layers[l]`, head `i` of `(B, h, T, S)`).
-    The first column names the query axis (rows), the bottom row the key axis (columns).
-
-    Args:
-        weights: `(heads, queries, keys)` for one layer, or `(layers, heads, queries, keys)`.
-            Select one batch element first, e.g. `mha.attn_weights[0]`.
-        query_labels, key_labels: one label per query / key, shown on the outer panels.
-        row_titles: one title per row (default: "layer 0", "layer 1", ...).
-        title: figure title.
-        panel_size: inches per panel.
-        scale: "fixed": every panel on the same 0-1 colour scale (panels comparable; weak
-            heads look dark); "per panel": each panel from 0 to its own largest weight, which
-            its title prints (patterns visible; brightness not comparable across panels).
-
-    Returns:
-        `(figure, axes)` with `axes` of shape `(layers, heads)` (`(1, heads)` for 3-D input).
+    `weights`: `(heads, queries, keys)` or `(layers, heads, queries, keys)` of one batch element.
+    `scale`: "fixed" (one 0-1 scale, comparable) or "per panel" (each to its own maximum).
     """
     w = _as_array(weights, (3, 4), "weights")
     if scale not in ("fixed", "per panel"):
@@ -359,16 +312,9 @@ def plot_history(
     *,
     title: str | None = None,
 ) -> tuple[Figure, np.ndarray]:
-    """Training curves side by side: the loss (log scale) and the learning rate per step.
+    """The loss (log scale) and the learning rate per step -> `(figure, axes)`.
 
-    Args:
-        history: a `utils.training.History` (or its `to_dict()`), or a dict
-            `{label: history}` to compare several runs in one figure, with a legend.
-        ax: two axes to draw into (loss, lr); default a new figure.
-        title: figure title.
-
-    Returns:
-        `(figure, axes)`, `axes` an array of the two axes.
+    `history`: a `utils.training.History`, its `to_dict()`, or `{label: history}` to compare runs.
     """
     single = not isinstance(history, Mapping) or "step" in history
     runs = {"": history} if single else dict(cast(Mapping[str, object], history))

@@ -2,30 +2,11 @@
 
 Notebook 10 derives these; every later notebook that trains calls `train`.
 
-Label smoothing (section 5.4, epsilon_ls = 0.1). The loss is the cross-entropy
-H(q, p) = -sum_v q_v log p_v against a *smoothed* target q instead of the one-hot target.
-Since H(q, p) = KL(q || p) + H(q) and H(q) does not depend on the model, minimising either
-gives the same gradients (`kl_to_smoothed` computes the KL; the tests check the identity).
-Three conventions for q are in use (`smoothed_targets`):
-
-- `"uniform"` (Szegedy et al. 2016; PyTorch's `label_smoothing=eps`): q = (1 - eps) one-hot
-  + eps / |V| on every class, so the true class gets 1 - eps + eps/|V|;
-- `"t2t"` (tensor2tensor's `smoothing_cross_entropy`, the code the paper's models were trained
-  with, and fairseq's `label_smoothed_nll_loss`): 1 - eps on the true class, eps / (|V| - 1)
-  on every other class, `<pad>` included;
-- `"annotated"` (the Annotated Transformer): 1 - eps on the true class, eps / (|V| - 2) on
-  every class except the true one and `<pad>`, 0 on `<pad>`.
-
-A model that spreads its remaining mass evenly minimises the loss at p(true) = the target's
-mass on the true class: 1 - eps + eps/|V| (uniform), 1 - eps (t2t and annotated).
-
-Positions whose target is `pad_id` are left out of the loss (the mean runs over the other
-positions). Classes with q_v = 0 contribute exactly 0 (never 0 * log 0 = NaN), so logits of
--inf where the target is 0 are fine.
-
-The schedule (section 5.3): lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), linear
-warm-up for `warmup` steps, then decay as 1/sqrt(step); its peak, at step = warmup, is
-d_model^-0.5 * warmup^-0.5. Steps count from 1: at step 0 the formula divides by zero.
+Label smoothing (section 5.4) has three conventions for the target q (`smoothed_targets`):
+- `"uniform"` (Szegedy et al. 2016; PyTorch's `label_smoothing`): (1 - eps) one-hot + eps/|V|;
+- `"t2t"` (tensor2tensor, fairseq): 1 - eps on the true class, eps/(|V| - 1) on the others;
+- `"annotated"` (the Annotated Transformer): as t2t over |V| - 2 classes, 0 on `<pad>`.
+Positions whose target is `pad_id` are left out of the loss.
 """
 
 from __future__ import annotations
@@ -134,19 +115,9 @@ def smoothed_targets(
     convention: str = "uniform",
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
-    """The smoothed target distribution q for each position.
+    """The smoothed target q: `target (N,)` -> `(N, vocab_size)`, each non-pad row summing to 1.
 
-    Args:
-        target: `(N,)` true class ids in `[0, vocab_size)`.
-        vocab_size: |V|.
-        smoothing: eps in [0, 1).
-        pad_id: rows whose target is `pad_id` become all-zero (they are left out of the loss);
-            with `"annotated"` the `<pad>` column is 0 too. `None`: no padding.
-        convention: `"uniform"`, `"t2t"` or `"annotated"` (see the module docstring).
-        dtype: the floating-point type of the result.
-
-    Returns:
-        `(N, vocab_size)` of `dtype`; each non-pad row sums to 1.
+    Pad rows are all zero; with `"annotated"` the `<pad>` column is 0 too.
     """
     target = _check_target(target)
     if target.dim() != 1:
@@ -178,14 +149,9 @@ def smoothed_targets(
 def _per_token_loss(
     logits: Tensor, target: Tensor, eps: float, pad_id: int | None, convention: str
 ) -> tuple[Tensor, Tensor]:
-    """(loss per position `(N,)`, 1.0 where counted `(N,)`) for `logits (N, V)`, `target (N,)`.
+    """(loss `(N,)`, 1.0 where counted `(N,)`) for `logits (N, V)`, `target (N,)`; q never built.
 
-    The cross-entropy -sum_v q_v log p_v, written without building q: the true class has
-    weight 1 - eps (+ eps/|V| in "uniform"), the rest share eps (all |V| classes in
-    "uniform", the |V| - 1 others in "t2t", the |V| - 2 non-pad others in "annotated"). A
-    weight that is 0 is never
-    multiplied by log p (no 0 * -inf = NaN): with eps = 0 the smoothing term is skipped, and
-    in "annotated" the excluded classes are replaced by 0 before summing.
+    A zero weight is never multiplied by log p, so no 0 * -inf = NaN.
     """
     vocab_size = logits.shape[-1]
     logp = F.log_softmax(logits, dim=-1)
@@ -231,21 +197,10 @@ def label_smoothing_loss(
     convention: str = "uniform",
     reduction: str = "mean",
 ) -> Tensor:
-    """Cross-entropy against the label-smoothed target, ignoring padding.
+    """Label-smoothed cross-entropy ignoring padding: `logits (..., V)`, `target (...)`.
 
-    Args:
-        logits: `(..., V)` unnormalised scores.
-        target: `(...)` true class ids in `[0, V)` (checked on the CPU; on a GPU the check
-            would stall the device every step, see `utils.checks.check_token_range`).
-        smoothing: eps in [0, 1); 0 gives the plain cross-entropy.
-        pad_id: positions whose target is `pad_id` are ignored; `None`: none are.
-        convention: `"uniform"` (= `F.cross_entropy(..., label_smoothing=eps,
-            ignore_index=pad_id)`), `"t2t"` or `"annotated"` (see the module docstring).
-        reduction: `"mean"` over non-pad positions (0 if there are none), `"sum"`, or
-            `"none"` (shape `(...)`, 0 at pad positions).
-
-    Returns:
-        A scalar, or `(...)` for `reduction="none"`.
+    `"uniform"` equals `F.cross_entropy(..., label_smoothing=eps, ignore_index=pad_id)`.
+    `reduction`: `"mean"` over non-pad positions (0 if none), `"sum"`, or `"none"` (`(...)`).
     """
     logits, target = _check_logits_target(logits, target)
     vocab_size = logits.shape[-1]
@@ -272,14 +227,9 @@ def kl_to_smoothed(
     pad_id: int | None = PAD_ID,
     convention: str = "uniform",
 ) -> Tensor:
-    """KL(q || p) averaged over non-pad positions, with q the smoothed target.
+    """KL(q || p) averaged over non-pad positions: the loss minus the constant H(q).
 
-    KL(q || p) = sum_v q_v (log q_v - log p_v) with 0 log 0 = 0, so
-    `label_smoothing_loss(...) == kl_to_smoothed(...) + H(q)`: the loss and the KL differ
-    by the entropy of the target, a constant. tensor2tensor reports this quantity: it
-    subtracts H(q) (its "normalizing" constant) from the loss, so a perfect model scores 0.
-    This one builds q explicitly (`(N, V)`), as the derivation does; use it to check,
-    `label_smoothing_loss` to train. Shapes as there.
+    Builds q explicitly (`(N, V)`), as the derivation does; use it to check, not to train.
     """
     logits, target = _check_logits_target(logits, target)
     vocab_size = logits.shape[-1]
@@ -298,11 +248,7 @@ def kl_to_smoothed(
 
 
 def noam_lr(step: int, d_model: int, warmup: int) -> float:
-    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (the paper's equation 3).
-
-    `step` counts optimizer steps from 1; step 0 would divide by zero (0^-0.5).
-    The peak is at `step == warmup`: d_model^-0.5 * warmup^-0.5.
-    """
+    """lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (eq. 3); `step` counts from 1."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(
             f"step must be an int >= 1 (the schedule has 0^-0.5 at step 0; count steps from "
@@ -316,13 +262,9 @@ def noam_lr(step: int, d_model: int, warmup: int) -> float:
 def warmup_scheduler(
     optimizer: torch.optim.Optimizer, d_model: int, warmup: int, factor: float = 1.0
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """The paper's schedule as a `LambdaLR`: the lr of optimizer step s is factor * noam_lr(s).
+    """The paper's schedule as a `LambdaLR`: optimizer step s uses factor * noam_lr(s).
 
-    `LambdaLR` multiplies each group's *base* lr by the lambda, so the optimizer must be
-    created with lr = 1.0 (as `paper_adam` does): then the lr is the schedule's value itself.
-    `LambdaLR` calls the lambda once at construction with step 0 and then after each
-    `scheduler.step()`; the lambda adds 1, so the first optimizer step uses noam_lr(1) and
-    the k-th uses noam_lr(k) (call `scheduler.step()` after `optimizer.step()`).
+    `LambdaLR` multiplies the *base* lr, so create the optimizer with lr = 1.0 (`paper_adam`).
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(
@@ -346,12 +288,9 @@ def warmup_scheduler(
 def warmup_linear_decay(
     optimizer: torch.optim.Optimizer, warmup: int, steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A linear warm-up to the optimizer's lr, then a linear decay to 0 at the last step.
+    """Linear warm-up to the optimizer's lr (the peak), then linear decay to 0 at the last step.
 
-    The short-budget alternative to the paper's schedule (notebooks 10 and 12): optimizer
-    step k (1-based) uses `lr * min(k / warmup, (steps - k + 1) / (steps - warmup))`, so the
-    peak, the optimizer's own lr, is reached at step `warmup` and the last of `steps` steps
-    still takes a small step. Unlike `warmup_scheduler`, the optimizer's lr is the peak.
+    Step k (1-based) uses `lr * min(k / warmup, (steps - k + 1) / (steps - warmup))`.
     """
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(
@@ -369,10 +308,7 @@ def warmup_linear_decay(
 def paper_adam(
     params: Iterable[nn.Parameter] | Iterable[dict], lr: float = 1.0
 ) -> torch.optim.Adam:
-    """Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (section 5.3).
-
-    lr = 1.0 by default: `warmup_scheduler` then sets the actual lr each step.
-    """
+    """Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9 (section 5.3); lr 1.0 for the schedule."""
     return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
 
 
@@ -383,18 +319,10 @@ def paper_adam(
 
 @dataclass
 class History:
-    """What `train` measured, one entry per log step (every `log_every` steps and the last).
+    """What `train` logged, one entry per log step (every `log_every` steps and the last).
 
-    Attributes:
-        step: the optimizer step (1-based) of each entry.
-        loss: the mean training loss over the steps since the previous entry.
-        lr: the learning rate used at that step (first param group).
-        tokens_per_s: tokens (`batch.n_tokens`) per second of training since the previous
-            entry (evaluation time excluded).
-        elapsed_s: seconds since training started, evaluations included.
-        evals: what `eval_fn` returned, each with its `"step"` added.
-        stop_reason: `"steps"` (budget reached), `"time"` (`max_seconds` passed),
-            `"data"` (the batch iterator ran out) or `"nonfinite"` (the loss became inf/NaN).
+    `tokens_per_s` excludes evaluation time; `stop_reason` is `"steps"`, `"time"`, `"data"`
+    or `"nonfinite"`.
     """
 
     step: list[int] = field(default_factory=list)
@@ -443,9 +371,7 @@ def _to_device(batch: Any, device: torch.device) -> Any:
 class _LogWindow:
     """What `train` accumulates between two log entries.
 
-    The summed loss stays on the device, so adding a step's loss never waits for the device;
-    `close` reads it once, the loop's one host-device sync per log entry. Time spent in
-    `eval_fn` is kept apart, so tokens/s measure training alone.
+    The summed loss stays on the device; `close` reads it once, the loop's one sync per entry.
     """
 
     def __init__(self, device: torch.device, opened: float) -> None:
@@ -479,8 +405,7 @@ class _LogWindow:
 def _evaluate(
     model: nn.Module, eval_fn: Callable[[nn.Module, int], dict], step: int, history: History
 ) -> float:
-    """`eval_fn(model, step)` in eval mode without gradients, recorded in `history.evals`;
-    the model goes back to training mode. Returns the seconds it took."""
+    """`eval_fn(model, step)` in eval mode, no gradients, into `history.evals`; returns seconds."""
     start = time.perf_counter()
     model.eval()
     with torch.no_grad():
@@ -542,28 +467,9 @@ def train(
 ) -> History:
     """Train `model` for `steps` optimizer steps; return the `History`.
 
-    Each step: `batch = next(batches)`, moved to `device`; `loss = loss_fn(model, batch)`;
-    backward; optional gradient clipping to total norm `clip_norm`; `optimizer.step()`; then
-    `scheduler.step()` if given.
-
-    Budgets: `steps` is the budget that makes a run reproducible (the same seed and steps
-    give the same model on the same machine). `max_seconds` is only a guard: the loop stops
-    early when it has passed, and `History.stop_reason` says so; how far a run gets in a
-    given time depends on the machine.
-
-    Device: `device` defaults to `utils.get_device()`; the model and each batch are moved
-    there. The loop reads nothing from the device except at log steps (`.item()` of the
-    accumulated loss every `log_every` steps), so a GPU is never stalled in between; batches
-    should be made on the CPU (tokens are counted there, before the move).
-
-    Evaluation: every `eval_every` steps (and after the last step) `eval_fn(model, step)` is
-    called with `model.eval()` under `torch.no_grad()`; its dict (plus `"step"`) goes into
-    `History.evals`, then the model goes back to training mode. When training ends the model
-    is left in the mode it had before `train` was called.
-
-    Progress: a plain-text `tqdm` bar (no widgets, so executed notebooks store only text)
-    with the running loss; `progress=False` hides it. If the loss becomes inf or NaN the loop
-    stops at the next log step (`stop_reason="nonfinite"`).
+    `steps` makes a run reproducible; `max_seconds` is only a guard. The loop reads the device
+    only at log steps, so make batches on the CPU. `eval_fn(model, step)` runs every
+    `eval_every` steps and after the last; the model's mode is restored at the end.
     """
     _check_train_args(
         model, loss_fn, optimizer, steps, clip_norm, max_seconds, log_every, eval_fn, eval_every
@@ -647,8 +553,7 @@ def train(
 def seq2seq_loss(
     smoothing: float = 0.1, pad_id: int = PAD_ID, convention: str = "uniform"
 ) -> Callable[[nn.Module, Seq2SeqBatch], Tensor]:
-    """`loss_fn(model, batch)`: `label_smoothing_loss(model(batch.src, batch.tgt_in),
-    batch.tgt_out, ...)` for an encoder-decoder and `Seq2SeqBatch`es."""
+    """`loss_fn(model, batch)` for an encoder-decoder and `Seq2SeqBatch`es."""
     _check_smoothing(smoothing)
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
@@ -663,11 +568,7 @@ def seq2seq_loss(
 def lm_loss(
     smoothing: float = 0.0, pad_id: int | None = None, convention: str = "uniform"
 ) -> Callable[[nn.Module, LMBatch | tuple[Tensor, Tensor]], Tensor]:
-    """`loss_fn(model, batch)` for a decoder-only LM: `model(x)` -> logits `(B, T, V)` vs `y`.
-
-    `batch` is an `LMBatch` or an `(x, y)` pair. No smoothing and no padding by default
-    (windows of one text have none).
-    """
+    """`loss_fn(model, batch)` for a decoder-only LM: `model(x)` -> logits `(B, T, V)` vs `y`."""
     _check_smoothing(smoothing)
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
@@ -682,11 +583,7 @@ def lm_loss(
 def exact_match(
     predictions: Sequence[Sequence[int] | Tensor], references: Sequence[Sequence[int] | Tensor]
 ) -> float:
-    """The fraction of predictions equal to their reference, token for token.
-
-    Compare like with like: strip `<bos>`, `<eos>` and padding from both first (e.g.
-    `utils.decoding.strip_special`).
-    """
+    """The fraction of predictions equal to their reference; strip special tokens first."""
 
     def as_list(seq: object, name: str) -> list[int]:
         if isinstance(seq, Tensor):

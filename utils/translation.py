@@ -1,17 +1,7 @@
-"""Notebook 12's translation recipe, written once: the split, the batches, decoding a test
-set, its scores, and the trained translator saved and loaded.
+"""Notebook 12's translation recipe, written once: split, batches, decoding, scores, save/load.
 
-Notebook 12 and `tools/experiments/train_translation.py` (the same recipe trained longer)
-both import these, so the two draw the same split and the same batches.
-
-- `keep_by_length`, `split_by_chapter`: verses of `MIN_WORDS`..`MAX_WORDS` words on both sides;
-  dev and test sets made of whole held-out chapters, with no verse whose text occurs in training.
-- `batch_stream`, `TokenCounter`: length-bucketed batches for ever, and the target tokens seen.
-- `translate_all`, `corpus_scores`: translations of a list of sentences, in order, and their
-  sacrebleu corpus BLEU and chrF.
-- `save_translator`, `load_translator`: one file holds the model (float16 weights, loaded back
-  into float32; a test checks that its BLEU is what the run recorded), its BPE vocabulary and
-  the run's recorded scores.
+Notebook 12 and `tools/experiments/train_translation.py` both import these, so the two
+draw the same split and the same batches.
 """
 
 from __future__ import annotations
@@ -81,13 +71,10 @@ class Split(NamedTuple):
 def split_by_chapter(
     pairs: Sequence[VersePair], seed: int = SPLIT_SEED, n_dev: int = N_DEV, n_test: int = N_TEST
 ) -> Split:
-    """Train, dev and test verses; dev and test are whole held-out chapters.
+    """Train, dev and test verses; dev and test are whole held-out chapters, in a seeded order.
 
-    Chapters are drawn in a seeded random order: the first ones fill the dev set (`n_dev`
-    verses), the next ones the test set (`n_test`, drawn with a margin of `TEST_MARGIN`);
-    every other chapter trains. A held-out verse whose Spanish or English also occurs in
-    training is dropped (a verbatim twin would be memory, not translation). Pass the verses
-    `keep_by_length` keeps.
+    A held-out verse whose Spanish or English also occurs in training is dropped (a verbatim
+    twin would be memory, not translation).
     """
     check_positive_int("n_dev", n_dev)
     check_positive_int("n_test", n_test)
@@ -135,12 +122,7 @@ def batch_stream(
     max_tokens: int,
     seed: int = 0,
 ) -> Iterator[Seq2SeqBatch]:
-    """Length-bucketed batches of at most `max_tokens` padded tokens, for ever.
-
-    Epoch e draws its buckets with `bucket_batches(..., seed=seed + e)`, so each epoch sees
-    the batches in a new order. A pair's length is max(|source|, |target| + 1): the decoder
-    input carries `<bos>`, the labels `<eos>`.
-    """
+    """Length-bucketed batches of at most `max_tokens` padded tokens, reshuffled each epoch."""
     lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
     epoch = 0
     while True:
@@ -177,10 +159,9 @@ def translate_all(
     batch_size: int = 50,
     alpha: float = 0.6,
 ) -> list[str]:
-    """Detokenized translations of `sources`, in their order.
+    """Detokenized translations of `sources`, in their order (sorted by length inside).
 
-    Sources are decoded `batch_size` at a time, sorted by length so a batch holds little
-    padding; `beam_size=1` is greedy search, else beam search with length penalty `alpha`.
+    `beam_size=1` is greedy search, else beam search with length penalty `alpha`.
     """
     check_positive_int("batch_size", batch_size)
     ids = tok.encode_batch(list(sources))
@@ -257,11 +238,7 @@ def save_translator(
 
 
 def load_translator(path: str | Path) -> tuple[Transformer, BPETokenizer, dict[str, Any]]:
-    """`(model, tokenizer, info)` from a file written by `save_translator`; model in eval mode.
-
-    Raises:
-        ValueError: if the file is not a translator written by `save_translator`.
-    """
+    """`(model, tokenizer, info)` from a file written by `save_translator`; model in eval mode."""
     try:
         blob = torch.load(Path(path), map_location="cpu", weights_only=True)
     except FileNotFoundError:
