@@ -22,7 +22,7 @@ from utils.distributed import (
 )
 from utils.gpt import GPT, GPTConfig
 from utils.model import Transformer, TransformerConfig
-from utils.training import label_smoothing_loss
+from utils.training import label_smoothing_loss, seq2seq_loss, train
 from utils.vocab import PAD_ID
 
 needs_gloo = pytest.mark.skipif(
@@ -49,7 +49,7 @@ def _shard(kind: str, step: int, rank: int) -> Seq2SeqBatch | LMBatch:
     and more rows, so the workers hold different numbers of target tokens."""
     g = torch.Generator().manual_seed(100 * step + rank)
     rows = 2 + rank
-    if kind == "transformer":
+    if kind == "transformer":  # rank up to 3 (the accumulation test): lengths up to 17
         lengths = torch.randint(1, 3, (rows,), generator=g) + 5 * rank  # 1-2 or 6-7 tokens
         pairs = [
             (torch.randint(4, 12, (5,), generator=g).tolist(),
@@ -119,6 +119,65 @@ def test_two_workers_equal_one_process_on_the_combined_batches(ddp_results, kind
             )
     start = _model(kind).state_dict()
     assert any(not torch.equal(start[k], v) for k, v in reference.items())  # it did train
+
+
+def _micro_batches(rank: int, world: int, accumulate: int) -> list[Seq2SeqBatch]:
+    """Worker `rank`'s batches in order: `accumulate` a step, of the step's world * accumulate."""
+    return [
+        _shard("transformer", step, rank * accumulate + j)  # type: ignore[misc]
+        for step in range(STEPS)
+        for j in range(accumulate)
+    ]
+
+
+def _train_twice(rank: int, world: int) -> list[tuple[dict[str, torch.Tensor], list[float]]]:
+    """Run in a spawned process: `utils.training.train` under DDP, without and with accumulation."""
+    out = []
+    for accumulate in (1, 2):
+        model = _model("transformer")
+        history = train(
+            DistributedDataParallel(model),
+            iter(_micro_batches(rank, world, accumulate)),
+            seq2seq_loss(0.1),
+            torch.optim.Adam(model.parameters(), lr=1e-2),
+            steps=STEPS,
+            device="cpu",
+            log_every=1,
+            progress=False,
+            accumulate=accumulate,
+        )
+        out.append(({k: v.detach().clone() for k, v in model.state_dict().items()}, history.loss))
+    return out
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_train_under_ddp_equals_one_process_accumulating_the_same_batches():
+    results = launch(_train_twice, WORLD, timeout_s=90)
+    for index, accumulate in enumerate((1, 2)):
+        model = _model("transformer")
+        history = train(
+            model,
+            iter(_micro_batches(0, 1, WORLD * accumulate)),
+            seq2seq_loss(0.1),
+            torch.optim.Adam(model.parameters(), lr=1e-2),
+            steps=STEPS,
+            device="cpu",
+            log_every=1,
+            progress=False,
+            accumulate=WORLD * accumulate,
+        )
+        if accumulate == 1:  # one process accumulating both shards = the token mean over both
+            reference = _one_process("transformer")
+            for name, value in reference.items():
+                torch.testing.assert_close(model.state_dict()[name], value, atol=1e-10, rtol=0)
+        for r, runs in enumerate(results):
+            state, losses = runs[index]
+            for name, value in model.state_dict().items():
+                torch.testing.assert_close(
+                    state[name], value, atol=1e-10, rtol=0, msg=f"rank {r} acc {accumulate} {name}"
+                )
+            assert losses == pytest.approx(history.loss, abs=1e-6)  # logged in float32
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,3 +252,25 @@ def test_distributed_rejects_bad_input():
         DistributedBucketSampler(LENGTHS, 120).set_epoch(-1)
     with pytest.raises(ValueError, match="fn must be a function"):
         launch(3)  # type: ignore[arg-type]
+
+
+def test_train_accumulating_two_batches_is_the_token_mean_over_both():
+    """One process: accumulate=2 takes the step of both batches together (token-weighted)."""
+    shards = [_shard("transformer", s, r) for s in range(STEPS) for r in range(WORLD)]
+    model = _model("transformer")
+    train(
+        model,
+        iter(shards),
+        seq2seq_loss(0.1),
+        torch.optim.Adam(model.parameters(), lr=1e-2),
+        steps=STEPS,
+        device="cpu",
+        progress=False,
+        accumulate=WORLD,
+    )
+    reference = _one_process("transformer")
+    for name, value in reference.items():
+        torch.testing.assert_close(model.state_dict()[name], value, atol=1e-10, rtol=0)
+    with pytest.raises(ValueError, match="accumulate must be a positive int, got 0"):
+        train(model, iter(shards), seq2seq_loss(0.1), torch.optim.Adam(model.parameters()),
+              steps=1, progress=False, accumulate=0)  # fmt: skip
