@@ -19,6 +19,7 @@ from utils.distributed import (
     global_token_mean,
     launch,
     split_batches,
+    train_data_parallel,
 )
 from utils.gpt import GPT, GPTConfig
 from utils.model import Transformer, TransformerConfig
@@ -119,6 +120,19 @@ def test_two_workers_equal_one_process_on_the_combined_batches(ddp_results, kind
             )
     start = _model(kind).state_dict()
     assert any(not torch.equal(start[k], v) for k, v in reference.items())  # it did train
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_train_data_parallel_equals_one_process_on_the_whole_batches():
+    steps = [[_shard("transformer", s, r) for r in range(WORLD)] for s in range(STEPS)]
+    states = launch(train_data_parallel, WORLD, (_model("transformer"), steps), timeout_s=90)
+    reference = _one_process("transformer")  # same shards, same Adam(lr=1e-2), smoothing 0.1
+    for r, state in enumerate(states):
+        for name, value in reference.items():
+            torch.testing.assert_close(state[name], value, atol=1e-10, rtol=0, msg=f"{r} {name}")
+    with pytest.raises(ValueError, match="batches must be a non-empty list of steps"):
+        train_data_parallel(0, 2, _model("transformer"), [steps[0][:1]])
 
 
 def _micro_batches(rank: int, world: int, accumulate: int) -> list[Seq2SeqBatch]:

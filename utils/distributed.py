@@ -15,6 +15,7 @@ same for scripts (`tools/experiments/train_translation.py`).
 
 from __future__ import annotations
 
+import copy
 import datetime
 import socket
 import tempfile
@@ -29,7 +30,9 @@ import torch.multiprocessing as mp
 from torch import Tensor
 
 from utils.checks import check_positive_float, check_positive_int
-from utils.data import bucket_batches
+from utils.data import Seq2SeqBatch, bucket_batches
+from utils.training import label_smoothing_loss
+from utils.vocab import PAD_ID
 
 __all__ = [
     "available",
@@ -44,6 +47,7 @@ __all__ = [
     "split_batches",
     "DistributedBucketSampler",
     "global_token_mean",
+    "train_data_parallel",
 ]
 
 LOCALHOST = "127.0.0.1"  # loopback only: nothing leaves the machine
@@ -281,3 +285,45 @@ def global_token_mean(loss_sum: Tensor, n_tokens: Tensor | int) -> Tensor:
         dist.all_reduce(count)  # every worker's tokens: a sum over the group
     p = world_size()
     return loss_sum * p / count.clamp(min=1.0).to(loss_sum.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# a worker for `launch`: a few DDP steps of a seq2seq model (notebook 14 runs it)
+# --------------------------------------------------------------------------------------------
+
+
+def train_data_parallel(
+    rank: int,
+    world: int,
+    model: torch.nn.Module,
+    batches: Sequence[Sequence[Seq2SeqBatch]],
+    lr: float = 1e-2,
+    smoothing: float = 0.1,
+    seed: int = 0,
+) -> dict[str, Tensor]:
+    """Run by `launch`: Adam steps of `model` under DDP; return the trained `state_dict`.
+
+    `batches[step][rank]` is this worker's batch at `step` (one per worker per step). Each
+    worker backpropagates `global_token_mean` of its summed label-smoothed loss, so the step is
+    the step of the mean over every worker's target tokens. The model arrives pickled, the
+    same in every worker (and DDP broadcasts rank 0's weights anyway); the random generator is
+    then seeded with `seed + rank`, so dropout masks differ between workers.
+    """
+    if len(batches) == 0 or any(len(step) != world for step in batches):
+        raise ValueError(f"batches must be a non-empty list of steps, {world} batches each")
+    # spawn passes tensors through shared memory: without the copy, every worker would step
+    # the same storage, and each step would be taken `world` times
+    model = copy.deepcopy(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    torch.manual_seed(seed + rank)  # after the shared weights: other dropout masks per worker
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    for step in batches:
+        batch = step[rank]
+        logits = ddp(batch.src, batch.tgt_in)
+        loss_sum = label_smoothing_loss(logits, batch.tgt_out, smoothing, PAD_ID, reduction="sum")
+        loss = global_token_mean(loss_sum, batch.n_tokens)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
