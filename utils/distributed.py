@@ -149,8 +149,9 @@ def launch(
     on loopback; return their results, by rank.
 
     `fn` must be importable (a module-level function, not one defined in a notebook cell):
-    the processes are spawned, not forked, so they start clean. A worker that fails, or a run
-    longer than `timeout_s`, ends every worker and raises `RuntimeError`.
+    the processes are spawned, not forked, so they start clean. A worker that fails raises
+    `torch.multiprocessing.ProcessRaisedException` here (its traceback in the message); a run
+    longer than `timeout_s` ends every worker and raises `RuntimeError`.
     """
     if not callable(fn):
         raise ValueError(f"fn must be a function (rank, world_size, *args), got {fn!r}")

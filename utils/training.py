@@ -370,10 +370,16 @@ def _rank() -> int:
 def _token_weights(counts: list[int], device: torch.device) -> list[float]:
     """The weight of each micro-batch's mean loss so the step's gradient, after DDP averages it
     over the P workers, is that of the mean over every token of every worker's micro-batches:
-    `n_i * P / N` with N all-reduced. Equal weights `1 / len(counts)` when a batch has no count.
+    `n_i * P / N` with N all-reduced. In one process, equal weights `1 / len(counts)` when a
+    batch has no token count; across processes that would be the mean of per-worker means.
     """
     world = _world_size()
     if not all(counts):
+        if world > 1:
+            raise ValueError(
+                f"data-parallel training needs each batch's token count (got counts {counts}): "
+                "equal weights would average per-worker means, not tokens"
+            )
         return [1.0 / len(counts)] * len(counts)
     total = torch.tensor(float(sum(counts)), dtype=torch.float64, device=device)
     if world > 1:
@@ -431,8 +437,11 @@ class _LogWindow:
         """
         world = _world_size()
         if world > 1:
-            both = torch.stack(
-                [self.loss_sum, torch.tensor(float(self.tokens), device=self.device)]
+            both = torch.stack(  # float64: token counts stay exact past 2^24
+                [
+                    self.loss_sum.double(),
+                    torch.tensor(float(self.tokens), dtype=torch.float64, device=self.device),
+                ]
             )
             dist.all_reduce(both)
             self.loss_sum, self.tokens = both[0] / world, int(both[1].item())
@@ -577,7 +586,8 @@ def train(
                     micro.append(next(batches))
                 except StopIteration:
                     break
-            if len(micro) < accumulate:  # a partial step would weigh its batches wrongly
+            # a partial step would weigh its batches wrongly; every worker stops together
+            if _any_worker(len(micro) < accumulate, device):
                 history.stop_reason = "data"
                 break
             step += 1
