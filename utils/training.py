@@ -11,6 +11,7 @@ Positions whose target is `pad_id` are left out of the loss.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -19,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.std import tqdm
@@ -356,6 +358,45 @@ def _batch_tokens(batch: object) -> int:
     return 0
 
 
+def _world_size() -> int:
+    """The number of processes in `torch.distributed`'s group, 1 without one."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _token_weights(counts: list[int], device: torch.device) -> list[float]:
+    """The weight of each micro-batch's mean loss so the step's gradient, after DDP averages it
+    over the P workers, is that of the mean over every token of every worker's micro-batches:
+    `n_i * P / N` with N all-reduced. In one process, equal weights `1 / len(counts)` when a
+    batch has no token count; across processes that would be the mean of per-worker means.
+    """
+    world = _world_size()
+    if not all(counts):
+        if world > 1:
+            raise ValueError(
+                f"data-parallel training needs each batch's token count (got counts {counts}): "
+                "equal weights would average per-worker means, not tokens"
+            )
+        return [1.0 / len(counts)] * len(counts)
+    total = torch.tensor(float(sum(counts)), dtype=torch.float64, device=device)
+    if world > 1:
+        dist.all_reduce(total)
+    n = total.item()
+    return [c * world / n for c in counts]
+
+
+def _any_worker(flag: bool, device: torch.device) -> bool:
+    """`flag` or-ed over the workers, so they all stop at the same step (else a hang)."""
+    if _world_size() == 1:
+        return flag
+    t = torch.tensor(float(flag), device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def _to_device(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, Tensor):
         return batch.to(device, non_blocking=True)
@@ -389,7 +430,21 @@ class _LogWindow:
         self.tokens += tokens
 
     def close(self, history: History, step: int, lr: float, started: float) -> float:
-        """Append the window's mean loss, lr, tokens/s and time to `history`; reopen it."""
+        """Append the window's mean loss, lr, tokens/s and time to `history`; reopen it.
+
+        Under a process group the losses are averaged and the tokens summed over the workers
+        (a collective: every worker closes its window at the same step).
+        """
+        world = _world_size()
+        if world > 1:
+            both = torch.stack(  # float64: token counts stay exact past 2^24
+                [
+                    self.loss_sum.double(),
+                    torch.tensor(float(self.tokens), dtype=torch.float64, device=self.device),
+                ]
+            )
+            dist.all_reduce(both)
+            self.loss_sum, self.tokens = both[0] / world, int(both[1].item())
         mean = self.loss_sum.item() / self.steps
         now = time.perf_counter()
         train_s = max(now - self.opened - self.eval_s, 1e-9)
@@ -427,6 +482,7 @@ def _check_train_args(
     log_every: object,
     eval_fn: object,
     eval_every: object,
+    accumulate: object = 1,
 ) -> None:
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -438,6 +494,7 @@ def _check_train_args(
         raise ValueError(f"loss_fn must be callable (model, batch) -> loss, got {loss_fn!r}")
     check_positive_int("steps", steps)
     check_positive_int("log_every", log_every)
+    check_positive_int("accumulate", accumulate)
     if clip_norm is not None:
         check_positive_float("clip_norm", clip_norm)
     if max_seconds is not None:
@@ -464,16 +521,42 @@ def train(
     eval_fn: Callable[[nn.Module, int], dict] | None = None,
     eval_every: int | None = None,
     progress: bool = True,
+    accumulate: int = 1,
 ) -> History:
     """Train `model` for `steps` optimizer steps; return the `History`.
 
     `steps` makes a run reproducible; `max_seconds` is only a guard. The loop reads the device
     only at log steps, so make batches on the CPU. `eval_fn(model, step)` runs every
     `eval_every` steps and after the last; the model's mode is restored at the end.
+
+    `accumulate` batches make one step (gradient accumulation). Under `torch.distributed`
+    (`model` wrapped in `DistributedDataParallel`, each worker with its own batches), and with
+    `accumulate > 1`, each batch's loss (`loss_fn` returns a mean over the batch's tokens) is
+    weighted by its share of all the step's tokens, so the step is that of the mean over every
+    token, not a mean of per-batch means. Only rank 0 shows the bar and evaluates (on the
+    unwrapped model); the history's losses are averaged over the workers.
     """
     _check_train_args(
-        model, loss_fn, optimizer, steps, clip_norm, max_seconds, log_every, eval_fn, eval_every
+        model,
+        loss_fn,
+        optimizer,
+        steps,
+        clip_norm,
+        max_seconds,
+        log_every,
+        eval_fn,
+        eval_every,
+        accumulate,
     )
+    world, main = _world_size(), _rank() == 0
+    weighted = world > 1 or accumulate > 1  # else the one batch's mean is the step's loss
+    ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+    inner: nn.Module = model if ddp is None else ddp.module
+    if world > 1 and inner is model:
+        raise ValueError(
+            f"under torch.distributed ({world} processes) the model must be wrapped in "
+            f"DistributedDataParallel, got {type(model).__name__}"
+        )
     device = get_device() if device is None else torch.device(device)
     if not hasattr(batches, "__next__"):
         batches = iter(batches)
@@ -483,7 +566,7 @@ def train(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     bar = tqdm(
         total=steps,
-        disable=not progress,
+        disable=not (progress and main),
         file=sys.stderr,
         ncols=90,
         mininterval=0.5,
@@ -497,19 +580,33 @@ def train(
     lr = float(optimizer.param_groups[0]["lr"])
     try:
         while step < steps:
-            try:
-                batch = next(batches)
-            except StopIteration:
+            micro = []
+            for _ in range(accumulate):
+                try:
+                    micro.append(next(batches))
+                except StopIteration:
+                    break
+            # a partial step would weigh its batches wrongly; every worker stops together
+            if _any_worker(len(micro) < accumulate, device):
                 history.stop_reason = "data"
                 break
             step += 1
-            n_tokens = _batch_tokens(batch)  # counted on the CPU, before the move
-            loss = loss_fn(model, _to_device(batch, device))
-            if not isinstance(loss, Tensor) or loss.dim() != 0:
-                raise ValueError(f"loss_fn must return a scalar tensor, got {loss!r}")
-            # the step itself
+            counts = [_batch_tokens(b) for b in micro]  # counted on the CPU, before the move
+            weights = _token_weights(counts, device) if weighted else [1.0]
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            step_loss: Tensor | None = None
+            for i, (batch, weight) in enumerate(zip(micro, weights, strict=True)):
+                last = i == len(micro) - 1
+                sync = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
+                with sync:  # DDP all-reduces the gradients once, after the last batch
+                    loss = loss_fn(model, _to_device(batch, device))
+                    if not isinstance(loss, Tensor) or loss.dim() != 0:
+                        raise ValueError(f"loss_fn must return a scalar tensor, got {loss!r}")
+                    if weighted:
+                        loss = loss * weight
+                    loss.backward()
+                step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+            assert step_loss is not None
             if clip_norm is not None:
                 torch.nn.utils.clip_grad_norm_(params, clip_norm)
             lr = float(optimizer.param_groups[0]["lr"])  # the lr this step uses
@@ -517,28 +614,31 @@ def train(
             if scheduler is not None:
                 scheduler.step()
             # bookkeeping: log, evaluate, stop
-            window.add(loss, n_tokens)
+            window.add(step_loss, sum(counts))
             bar.update(1)
             out_of_time = max_seconds is not None and time.perf_counter() - started > max_seconds
+            if max_seconds is not None:
+                out_of_time = _any_worker(out_of_time, device)
             if step % log_every == 0 or step == steps or out_of_time:
                 mean = window.close(history, step, lr, started)
                 bar.set_postfix(loss=f"{mean:.3f}", lr=f"{lr:.2e}", refresh=False)
                 if not math.isfinite(mean):
                     history.stop_reason = "nonfinite"
                     break
-            if eval_every is not None and step % eval_every == 0:
-                window.eval_s += _evaluate(model, eval_fn, step, history)  # type: ignore[arg-type]
+            if eval_every is not None and step % eval_every == 0 and main:
+                window.eval_s += _evaluate(inner, eval_fn, step, history)  # type: ignore[arg-type]
             if out_of_time:
                 history.stop_reason = "time"
                 break
         if window.steps:  # the iterator ran out between log steps
             window.close(history, step, lr, started)
         if (
-            eval_fn is not None
+            main
+            and eval_fn is not None
             and step > 0
             and (not history.evals or history.evals[-1]["step"] != step)
         ):
-            _evaluate(model, eval_fn, step, history)  # always after the last step
+            _evaluate(inner, eval_fn, step, history)  # always after the last step
     finally:
         bar.close()
         model.train(was_training)

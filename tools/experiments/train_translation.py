@@ -16,21 +16,31 @@ and with `--save` the model in float16, its BPE vocabulary, the rows and the tes
 (`utils.translation.save_translator`). `--d-model`, `--layers` and `--max-tokens` make it bigger
 (e.g. on a GPU, used when present); the CSV records the device, and the notebook plots whatever
 the CSV holds.
+
+Under `torchrun --nproc_per_node N` it trains data-parallel (`utils.distributed`): gloo on the
+CPU, NCCL on GPUs; each worker gets its share of the length-bucketed batches
+(`DistributedBucketSampler`), so a step sees about N times the tokens; rank 0 evaluates,
+writes the CSV and saves. `train_tokens` is then rank 0's count times N (an estimate).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 import utils
 from utils.bpe import BPETokenizer
 from utils.corpora import DATA_DIR, VersePair, load_parallel_verses
+from utils.data import make_batch
+from utils.distributed import DistributedBucketSampler
 from utils.model import Transformer, TransformerConfig
 from utils.training import paper_adam, seq2seq_loss, train, warmup_linear_decay
 from utils.translation import (
@@ -54,6 +64,11 @@ CPU thread by
 
 which took 60 minutes on the build machine, about 0.3 s per step on a 2-core machine whose
 other core was busy (the CSV's elapsed_s column records each run's own time).
+
+Data-parallel, N processes on this machine (CPU: gloo; GPUs: NCCL, one GPU per process):
+
+    torchrun --nproc_per_node 2 tools/experiments/train_translation.py --steps 6000 \
+        --out /tmp/two_workers.csv
 """
 
 
@@ -83,13 +98,21 @@ def main(argv: list[str] | None = None) -> None:
 
     utils.setup(seed=0)
     device = utils.get_device()
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        if device.type == "cuda":
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")  # env:// (torchrun)
     train_set, dev_set, test_set, _ = split_by_chapter(keep_by_length(load_parallel_verses()))
     tok = BPETokenizer.train([p.es for p in train_set] + [p.en for p in train_set], VOCAB_SIZE)
     src_ids = tok.encode_batch([p.es for p in train_set])
     tgt_ids = tok.encode_batch([p.en for p in train_set])
-    print(
+    say = print if rank == 0 else (lambda *a, **k: None)
+    say(
         f"{len(train_set):,} train, {len(dev_set)} dev, {len(test_set)} test verses; "
-        f"vocabulary {tok.vocab_size:,}; device {device}",
+        f"vocabulary {tok.vocab_size:,}; device {device}; {world} process(es)",
         flush=True,
     )
 
@@ -110,7 +133,14 @@ def main(argv: list[str] | None = None) -> None:
     model = Transformer(config).to(device)
     optimizer = paper_adam(model.parameters(), lr=args.lr)
     scheduler = warmup_linear_decay(optimizer, args.warmup, args.steps)
-    stream = TokenCounter(batch_stream(src_ids, tgt_ids, args.max_tokens))
+    if world > 1:
+        torch.manual_seed(1 + rank)  # same weights (seeded above), other dropout per worker
+        lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
+        sampler = DistributedBucketSampler(lengths, args.max_tokens, rank, world, seed=0)
+        shards = (make_batch([(src_ids[i], tgt_ids[i]) for i in idx]) for idx in sampler.stream())
+        stream = TokenCounter(shards)
+    else:
+        stream = TokenCounter(batch_stream(src_ids, tgt_ids, args.max_tokens))
     rows: list[dict] = []
     start = time.perf_counter()
 
@@ -123,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         scores = corpus_scores(hyps, [p.en for p in pairs])
         row = {
             "step": step,
-            "train_tokens": stream.tokens,
+            "train_tokens": stream.tokens * world,
             "split": split,
             "decoder": decoder,
             "n_verses": len(pairs),
@@ -135,11 +165,11 @@ def main(argv: list[str] | None = None) -> None:
             "chrf_signature": scores.chrf_signature,
         }
         rows.append(row)
-        print(row, flush=True)
+        say(row, flush=True)
         return {"bleu": scores.bleu}
 
     train(
-        model,
+        model if world == 1 else DistributedDataParallel(model),
         stream,
         seq2seq_loss(0.1),
         optimizer,
@@ -152,6 +182,10 @@ def main(argv: list[str] | None = None) -> None:
         eval_every=args.eval_every,
     )
     model.eval()
+    if world > 1:
+        dist.destroy_process_group()
+        if rank != 0:
+            return  # rank 0 tests, writes and saves
     if args.save is not None:
         # The test scores are those of the weights as shipped: rounded to float16 and back.
         with torch.no_grad():
