@@ -10,6 +10,7 @@ import os
 
 import pytest
 import torch
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from utils.data import LMBatch, Seq2SeqBatch, bucket_batches, make_batch
@@ -144,22 +145,27 @@ def _micro_batches(rank: int, world: int, accumulate: int) -> list[Seq2SeqBatch]
     ]
 
 
+def _train(model: nn.Module, batches: list[Seq2SeqBatch], accumulate: int, ddp: bool):
+    """`STEPS` steps of `utils.training.train` with Adam(lr=1e-2), logging every step."""
+    return train(
+        DistributedDataParallel(model) if ddp else model,
+        iter(batches),
+        seq2seq_loss(0.1),
+        torch.optim.Adam(model.parameters(), lr=1e-2),
+        steps=STEPS,
+        device="cpu",
+        log_every=1,
+        progress=False,
+        accumulate=accumulate,
+    )
+
+
 def _train_twice(rank: int, world: int) -> list[tuple[dict[str, torch.Tensor], list[float]]]:
     """Run in a spawned process: `utils.training.train` under DDP, without and with accumulation."""
     out = []
     for accumulate in (1, 2):
         model = _model("transformer")
-        history = train(
-            DistributedDataParallel(model),
-            iter(_micro_batches(rank, world, accumulate)),
-            seq2seq_loss(0.1),
-            torch.optim.Adam(model.parameters(), lr=1e-2),
-            steps=STEPS,
-            device="cpu",
-            log_every=1,
-            progress=False,
-            accumulate=accumulate,
-        )
+        history = _train(model, _micro_batches(rank, world, accumulate), accumulate, ddp=True)
         out.append(({k: v.detach().clone() for k, v in model.state_dict().items()}, history.loss))
     return out
 
@@ -170,17 +176,8 @@ def test_train_under_ddp_equals_one_process_accumulating_the_same_batches():
     results = launch(_train_twice, WORLD, timeout_s=90)
     for index, accumulate in enumerate((1, 2)):
         model = _model("transformer")
-        history = train(
-            model,
-            iter(_micro_batches(0, 1, WORLD * accumulate)),
-            seq2seq_loss(0.1),
-            torch.optim.Adam(model.parameters(), lr=1e-2),
-            steps=STEPS,
-            device="cpu",
-            log_every=1,
-            progress=False,
-            accumulate=WORLD * accumulate,
-        )
+        batches = _micro_batches(0, 1, WORLD * accumulate)
+        history = _train(model, batches, WORLD * accumulate, ddp=False)
         if accumulate == 1:  # one process accumulating both shards = the token mean over both
             reference = _one_process("transformer")
             for name, value in reference.items():
