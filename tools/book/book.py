@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
+SOLUTIONS = NOTEBOOKS / "solutions"  # one notebook of worked solutions per chapter (issue #18)
 REPO_URL = "https://github.com/attention-book/attention-book"
 
 SETUP_CELL_TEMPLATE = """\
@@ -61,5 +62,21 @@ def setup_cell(repo_url: str = REPO_URL) -> str:
 
 
 def notebook_paths() -> list[Path]:
-    """Every notebook of the book, in reading order."""
+    """Every chapter of the book, in reading order: ``notebooks/NN_*.ipynb``."""
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def solution_paths() -> list[Path]:
+    """Every worked-solutions notebook, in the chapters' reading order:
+    ``notebooks/solutions/NN_<chapter>_solutions.ipynb``."""
+    return sorted(SOLUTIONS.glob("[0-9][0-9]_*_solutions.ipynb"))
+
+
+def all_notebook_paths() -> list[Path]:
+    """Every notebook the tools check, run and publish: the chapters, then the solutions."""
+    return notebook_paths() + solution_paths()
+
+
+def is_solutions_notebook(path: Path) -> bool:
+    """Whether ``path`` is named and placed as a solutions notebook (``solutions/*_solutions``)."""
+    return path.parent.name == "solutions" and path.name.endswith("_solutions.ipynb")

@@ -7,9 +7,16 @@ Usage::
 
 What it does:
 
-1. Stages the sources in ``_build/src``: every notebook of ``book.notebook_paths()`` (so
-   a new notebook joins the book, in reading order, without any edit here), ``figures/``, and a
-   landing page made from the README's opening and its table of contents.
+1. Stages the sources in ``_build/src``: every chapter of ``book.notebook_paths()`` (so
+   a new notebook joins the book, in reading order, without any edit here), then every
+   solutions notebook of ``book.solution_paths()`` (an appendix part, "Worked solutions", in
+   the same order), ``figures/``, and a landing page made from the README's opening and its
+   table of contents. The sources keep the repository's layout, so the notebooks' relative
+   links (``solutions/03_attention_solutions.ipynb#exercise-2`` in a chapter,
+   ``../03_attention.ipynb#exercise-2`` back) work as written in Jupyter, on GitHub and here:
+   Sphinx turns them into links to the pages, and the raw ``<a id="exercise-N"></a>`` anchors
+   they point to are made known to MyST (`register_raw_anchors`), so each is checked at build
+   time like a heading's anchor.
 2. Runs Sphinx with myst-nb and **execution off**: the pages show the outputs committed in the
    notebooks, which are never re-run. Theme: sphinx-book-theme, with a button on every notebook
    page to open it in Colab and one to download its ``.ipynb``.
@@ -35,7 +42,7 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
-from book import REPO_URL, ROOT, notebook_paths  # tools/book/book.py, beside this script
+from book import REPO_URL, ROOT, notebook_paths, solution_paths  # tools/book/book.py, beside this
 from check_latex import LATEX_DIR  # the LaTeX check's node package: MathJax for the pages too
 
 BUILD = ROOT / "_build"
@@ -78,6 +85,8 @@ div.cell .cell_output pre {
 }
 """
 TITLE = "Attention, derived"
+CHAPTERS_CAPTION = "Notebooks"
+SOLUTIONS_CAPTION = "Worked solutions"
 
 # The delimiters and options of the LaTeX check (tools/book/latex/check_tex.mjs, FIND_OPTIONS),
 # which are Jupyter's.
@@ -203,17 +212,25 @@ def relink(markdown: str, folder: str, staged: set[str]) -> str:
     return _LINK.sub(replace, markdown)
 
 
-def _landing_page(readme: str, staged: set[str], docs: list[str]) -> str:
-    """The README down to its contents table, as the book's first page, plus the navigation."""
+def _toctree(caption: str, docs: list[str]) -> str:
+    lines = "\n".join(docs)
+    return f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: {caption}\n\n{lines}\n```\n"
+
+
+def _landing_page(
+    readme: str, staged: set[str], docs: list[str], solutions: list[str] | None = None
+) -> str:
+    """The README down to its contents table, as the book's first page, plus the navigation:
+    the chapters (``docs``), then the worked solutions as an appendix part."""
     head = relink(readme.split("\n## Quickstart", 1)[0].rstrip() + "\n", "", staged)
-    toctree = "\n".join(docs)
+    appendix = f"\n{_toctree(SOLUTIONS_CAPTION, solutions)}" if solutions else ""
     return (
         f"{head}\n"
         "## Reading this edition\n\n"
         "These pages show each notebook with the outputs it is committed with. The buttons at "
         "the top of a notebook's page open it in Google Colab or download the `.ipynb`; see "
         f"the [repository]({REPO_URL}) to run the book on your own machine.\n\n"
-        f"```{{toctree}}\n:hidden:\n:maxdepth: 1\n:caption: Notebooks\n\n{toctree}\n```\n"
+        f"{_toctree(CHAPTERS_CAPTION, docs)}{appendix}"
     )
 
 
@@ -223,23 +240,25 @@ def _markdown_cells(path: Path) -> list[str]:
     return ["".join(s) if isinstance(s, list) else s for s in sources]
 
 
-def write_css() -> None:
+def write_css(src: Path = SRC) -> None:
     """The book's own style sheet, `_static/book.css` in the staged sources."""
-    (SRC / "_static").mkdir(parents=True, exist_ok=True)
-    (SRC / "_static" / "book.css").write_text(BOOK_CSS, encoding="utf-8")
+    (src / "_static").mkdir(parents=True, exist_ok=True)
+    (src / "_static" / "book.css").write_text(BOOK_CSS, encoding="utf-8")
 
 
 def stage() -> tuple[list[str], set[str]]:
     """Lay out the sources in _build/src as the repository lays them out.
 
-    Returns the pages' docnames, in reading order, and the staged files (paths from the root).
-    Images that a notebook's markdown shows from elsewhere in the repository are staged too.
+    Returns the pages' docnames, in reading order (the chapters, then the solutions), and the
+    staged files (paths from the root). Images that a notebook's markdown shows from elsewhere in
+    the repository are staged too.
     """
     if SRC.exists():
         shutil.rmtree(SRC)
     (SRC / "notebooks").mkdir(parents=True)
-    paths = notebook_paths()
-    if not paths:
+    chapters, solutions = notebook_paths(), solution_paths()
+    paths = chapters + solutions
+    if not chapters:
         raise BookBuildError("no notebooks found in notebooks/")
     staged: set[str] = set()
 
@@ -253,17 +272,25 @@ def stage() -> tuple[list[str], set[str]]:
             if figure.is_file():
                 add(figure.relative_to(ROOT).as_posix())
     for path in paths:
-        add(f"notebooks/{path.name}", path)
+        folder = path.parent.relative_to(ROOT).as_posix()  # notebooks, notebooks/solutions
+        add(f"{folder}/{path.name}", path)
         for markdown in _markdown_cells(path):
             for match in _IMAGE.finditer(markdown):
-                image = _repo_path(match.group(1) or match.group(2), "notebooks")
+                image = _repo_path(match.group(1) or match.group(2), folder)
                 if image and image not in staged and (ROOT / image).is_file():
                     add(image)
-    docs = [f"notebooks/{p.stem}" for p in paths]
+    docs = [_docname(p) for p in chapters]
+    appendix = [_docname(p) for p in solutions]
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    (SRC / "index.md").write_text(_landing_page(readme, staged, docs), encoding="utf-8")
+    landing = _landing_page(readme, staged, docs, appendix)
+    (SRC / "index.md").write_text(landing, encoding="utf-8")
     write_css()
-    return docs, staged
+    return docs + appendix, staged
+
+
+def _docname(path: Path) -> str:
+    """A notebook's page, as Sphinx names it: its path from the root, without ``.ipynb``."""
+    return path.relative_to(ROOT).with_suffix("").as_posix()
 
 
 def _relink_notebook(staged: set[str]):
@@ -279,6 +306,7 @@ def _relink_notebook(staged: set[str]):
     def handler(app, docname: str, source: list[str]) -> None:
         if not docname.startswith("notebooks/"):
             return
+        folder = docname.rsplit("/", 1)[0]  # notebooks, or notebooks/solutions
         nb = json.loads(source[0])
         setup = next((c for c in nb.get("cells", []) if c.get("cell_type") == "code"), None)
         if setup is not None:
@@ -292,11 +320,33 @@ def _relink_notebook(staged: set[str]):
             if cell.get("cell_type") == "markdown":
                 text = cell.get("source", "")
                 cell["source"] = relink(
-                    "".join(text) if isinstance(text, list) else text, "notebooks", staged
+                    "".join(text) if isinstance(text, list) else text, folder, staged
                 )
         source[0] = json.dumps(nb)
 
     return handler
+
+
+_RAW_ID = re.compile(r"""<a\s[^>]*?\bid\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
+
+
+def register_raw_anchors(app, doctree) -> None:
+    """A Sphinx ``doctree-read`` handler: make the page's raw-HTML anchors (``<a id="x"></a>``
+    in a markdown cell, as the exercises and solutions carry) known to MyST as link targets.
+
+    MyST resolves ``[text](page.ipynb#x)`` only to a heading's anchor or a label; a raw
+    anchor is neither, so the link would warn ("local id not found"), and warnings fail the
+    build. Registered here as the page's own slugs, the anchor resolves, the link becomes
+    ``page.html#x``, and the raw HTML keeps the element with that id on the page. A link to an
+    anchor that no page holds still warns.
+    """
+    from docutils import nodes
+
+    slugs = app.env.metadata[app.env.docname].setdefault("myst_slugs", {})
+    for raw in doctree.findall(nodes.raw):
+        if "html" in raw.get("format", "").split():
+            for anchor_id in _RAW_ID.findall(raw.astext()):
+                slugs.setdefault(anchor_id, (None, anchor_id, ""))
 
 
 def jupyter_slug(text: str) -> str:
@@ -376,36 +426,45 @@ def copy_mathjax() -> None:
 
 def build(*, quiet: bool = True) -> Path:
     """Build the site into _build/html from the current tree; return index.html's path."""
-    from sphinx.application import Sphinx  # imported late: `--help` works without Sphinx
-
     ensure_mathjax()
     packages = mathjax_packages()
     docs, staged = stage()
-    for folder in (HTML, DOCTREES):
+    run_sphinx(SRC, HTML, DOCTREES, sphinx_config(packages), staged, quiet=quiet)
+    copy_mathjax()
+    missing = [d for d in ["index", *docs] if not (HTML / f"{d}.html").is_file()]
+    if missing:
+        raise BookBuildError(f"pages missing from the build: {missing}")
+    return HTML / "index.html"
+
+
+def run_sphinx(
+    src: Path, html: Path, doctrees: Path, config: dict, staged: set[str], *, quiet: bool = True
+) -> None:
+    """Sphinx over the staged sources ``src`` into ``html``, with the book's handlers; any
+    warning is a `BookBuildError`."""
+    from sphinx.application import Sphinx  # imported late: `--help` works without Sphinx
+
+    for folder in (html, doctrees):
         if folder.exists():
             shutil.rmtree(folder)
     warnings = _Tee()
     app = Sphinx(
-        srcdir=SRC,
+        srcdir=src,
         confdir=None,
-        outdir=HTML,
-        doctreedir=DOCTREES,
+        outdir=html,
+        doctreedir=doctrees,
         buildername="html",
-        confoverrides=sphinx_config(packages),
+        confoverrides=config,
         status=None if quiet else sys.stdout,
         warning=warnings,
         freshenv=True,
         warningiserror=True,
     )
     app.connect("source-read", _relink_notebook(staged))
+    app.connect("doctree-read", register_raw_anchors)
     app.build()
     if app.statuscode != 0 or warnings.text:
         raise BookBuildError(f"Sphinx reported problems:\n{warnings.text}")
-    copy_mathjax()
-    missing = [d for d in ["index", *docs] if not (HTML / f"{d}.html").is_file()]
-    if missing:
-        raise BookBuildError(f"pages missing from the build: {missing}")
-    return HTML / "index.html"
 
 
 class _Tee:
@@ -433,9 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     except (BookBuildError, subprocess.CalledProcessError) as exc:
         print(f"book build failed: {exc}", file=sys.stderr)
         return 1
-    pages = len(notebook_paths()) + 1
+    chapters, solutions = len(notebook_paths()), len(solution_paths())
     print(
-        f"book built: {pages} pages in {time.perf_counter() - start:.0f} s; "
+        f"book built: {chapters + solutions + 1} pages (the landing page, {chapters} chapters, "
+        f"{solutions} solutions notebooks) in {time.perf_counter() - start:.0f} s; "
         f"open {index.relative_to(ROOT)} in a browser"
     )
     return 0

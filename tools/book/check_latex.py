@@ -9,7 +9,7 @@ which finds the maths with MathJax's own finder and compiles it with MathJax's T
 Usage::
 
     npm ci --prefix tools/book/latex --no-audit --no-fund   # once
-    python tools/book/check_latex.py [notebook.ipynb ...]   # default: notebooks/*.ipynb
+    python tools/book/check_latex.py [notebook.ipynb ...]   # default: chapters and solutions
 
 Exit status: 0 all formulas typeset, 1 some are broken, 2 Node or mathjax-full is missing.
 """
@@ -22,6 +22,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from book import all_notebook_paths  # beside this script
 
 ROOT = Path(__file__).resolve().parents[2]
 LATEX_DIR = Path(__file__).resolve().parent / "latex"  # the node package beside this file
@@ -94,7 +96,7 @@ def check_notebooks(paths: list[Path] | list[str]) -> tuple[int, list[Problem]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    paths = [Path(a) for a in args] if args else sorted((ROOT / "notebooks").glob("*.ipynb"))
+    paths = [Path(a) for a in args] if args else all_notebook_paths()
     try:
         n_formulas, problems = check_notebooks(paths)
     except LatexToolMissing as exc:

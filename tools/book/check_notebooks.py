@@ -1,8 +1,8 @@
 """Notebook hygiene: each notebook is as a clean "Restart & Run All" left it.
 
-    python tools/book/check_notebooks.py [notebooks...]
+    python tools/book/check_notebooks.py [notebooks...]   # default: chapters and solutions
 
-Checks, naming the notebook and cell of each problem:
+Checks, naming the notebook and cell of each problem (chapters and solutions notebooks alike):
 - kernelspec `python3`;
 - the first code cell is the book's setup cell, character for character (`tools/book/book.py`);
 - code cells' execution counts are exactly 1..N, every code cell executed, none empty;
@@ -13,6 +13,10 @@ Checks, naming the notebook and cell of each problem:
   in one, `tensor([1.000, 1.000])` in another), so nbval would fail on the reader's machine.
   Print formatted Python numbers instead (`utils.fmt`, or f-strings). Integer and boolean
   tensors print the same everywhere and pass.
+
+And the exercises (`tools/book/solutions.py`): a chapter with a ``## Exercises`` heading has a
+solutions notebook with one checked answer per exercise, linked both ways. Given explicit paths,
+that is checked for each chapter or solutions notebook among them.
 """
 
 from __future__ import annotations
@@ -22,11 +26,12 @@ import json
 import re
 from pathlib import Path
 
-from book import ROOT, notebook_paths, setup_cell
+from book import ROOT, all_notebook_paths, setup_cell
 from execute_notebooks import (  # one list: what re-execution strips
     VOLATILE_CELL_KEYS,
     VOLATILE_NOTEBOOK_KEYS,
 )
+from solutions import check_exercises
 
 # A tensor/array repr, from its opening bracket to the closing parenthesis (reprs hold no ")"
 # before their end, except in a trailing `grad_fn=<...>)` or `dtype=...)`, which are fine).
@@ -130,10 +135,13 @@ def check_notebook(path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook")
+    parser.add_argument(
+        "notebooks", nargs="*", type=Path, help="default: every chapter and solutions notebook"
+    )
     args = parser.parse_args(argv)
-    paths = args.notebooks or notebook_paths()
+    paths = args.notebooks or all_notebook_paths()
     problems = [p for path in paths for p in check_notebook(path)]
+    problems += check_exercises(paths)
     for problem in problems:
         print(problem)
     print(f"Notebook hygiene: {len(paths)} notebooks, {len(problems)} problems")

@@ -1,12 +1,14 @@
 """Re-execute notebooks in place, top to bottom in a fresh kernel, reproducibly.
 
-    python tools/book/execute_notebooks.py                 # every notebook
-    python tools/book/execute_notebooks.py notebooks/03_*.ipynb
+    python tools/book/execute_notebooks.py                 # every chapter, then the solutions
+    python tools/book/execute_notebooks.py notebooks/03_*.ipynb notebooks/solutions/03_*.ipynb
 
-Each notebook is run by nbclient in a new `python3` kernel started in `notebooks/`, with
-per-cell timing and widget state off and PYTHONHASHSEED fixed; then metadata that varies
-between machines (timings, Colab and papermill fields, widget state, the Python patch version)
-is removed, so a re-run changes a notebook only where its outputs changed.
+Each notebook is run by nbclient in a new `python3` kernel started in `notebooks/` (the
+solutions too; nbval starts them in `notebooks/solutions/`, so no notebook may depend on its
+working directory: paths come from the setup cell's `ROOT`), with per-cell timing and widget
+state off and PYTHONHASHSEED fixed; then metadata that varies between machines (timings, Colab
+and papermill fields, widget state, the Python patch version) is removed, so a re-run changes a
+notebook only where its outputs changed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from book import NOTEBOOKS, notebook_paths
+from book import NOTEBOOKS, all_notebook_paths
 
 # Metadata keys that record how or where a notebook ran rather than what it says.
 VOLATILE_NOTEBOOK_KEYS = (
@@ -87,12 +89,14 @@ def execute(path: Path, timeout: int = 1800) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook")
+    parser.add_argument(
+        "notebooks", nargs="*", type=Path, help="default: every chapter and solutions notebook"
+    )
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     args = parser.parse_args(argv)
     os.environ["PYTHONHASHSEED"] = "0"  # inherited by the kernel
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    paths = args.notebooks or notebook_paths()
+    paths = args.notebooks or all_notebook_paths()
     for path in paths:
         seconds = execute(Path(path).resolve(), timeout=args.timeout)
         print(f"{path}: executed in {seconds:.1f} s")

@@ -1,9 +1,9 @@
 """Point the book at another repository (a fork): `python tools/book/set_repo_url.py URL`.
 
-Rewrites `REPO_URL` in `tools/book/book.py`, the setup cell of every notebook (where it is the
-address Colab clones) and the README's "Open in Colab" link. Outputs are untouched, so the
-notebooks need no re-execution. Fails, changing nothing, if any of those places does not
-hold the current address where it is expected.
+Rewrites `REPO_URL` in `tools/book/book.py`, the setup cell of every notebook, chapters and
+solutions (where it is the address Colab clones) and the README's "Open in Colab" link. Outputs
+are untouched, so the notebooks need no re-execution. Fails, changing nothing, if any of those
+places does not hold the current address where it is expected.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from book import REPO_URL, ROOT, notebook_paths, setup_cell
+from book import REPO_URL, ROOT, all_notebook_paths, setup_cell
 
 GITHUB = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+?)(\.git)?/?$")
 
@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     text = book.read_text(encoding="utf-8")
     writes[book] = text.replace(f'REPO_URL = "{REPO_URL}"', f'REPO_URL = "{new}"')
     notebooks = {}
-    for path in notebook_paths():
+    for path in all_notebook_paths():
         nb = nbformat.read(path, as_version=4)
         setup_cells = [c for c in nb.cells if c.cell_type == "code" and c.source == setup_cell()]
         if len(setup_cells) != 1:
