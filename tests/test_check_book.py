@@ -2,8 +2,11 @@
 
 A tiny site is written into a temporary folder: clean pages, and one page per fault (a broken
 formula, raw TeX, an image that does not load, a figure of the notebook missing from its page,
-dead internal links, a JavaScript error, a request outside the site). Chromium opens it once.
-Without Chromium the browser tests skip, except under CI=true, where that is a failure.
+dead internal links, a JavaScript error, a request outside the site), and chapters with
+exercises beside their solutions pages (one pair linked both ways, one broken in every way).
+Chromium opens it once. Without Chromium the browser tests skip, except under CI=true, where
+that is a failure. A small Sphinx build shows that the notebooks' exercise links become links
+to the right page and anchor.
 """
 
 import importlib.util
@@ -66,13 +69,18 @@ def png(width: int = 4, height: int = 3) -> bytes:
 
 
 def page(
-    body: str, notebook: str | None = None, mathjax: str = f"_mathjax/{build_book.MATHJAX_BUNDLE}"
+    body: str,
+    notebook: str | None = None,
+    mathjax: str = f"_mathjax/{build_book.MATHJAX_BUNDLE}",
+    up: str = "",
 ) -> str:
+    """A page of the fixture site; ``up`` leads from its folder to the site's root ("../")."""
     links = ""
+    mathjax = up + mathjax
     if notebook:  # what the book theme puts in a notebook page's header
         links = (
             f'<a href="{REPO_URL.replace("https://github.com", "https://colab.research.google.com/github")}'
-            f'/blob/main/{notebook}">Colab</a> <a href="_sources/{notebook}">.ipynb</a>'
+            f'/blob/main/{notebook}">Colab</a> <a href="{up}_sources/{notebook}">.ipynb</a>'
         )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>fixture</title>
@@ -97,6 +105,7 @@ CLEAN = """
 
 GOOD = """
 <section id="target"><h1>Target</h1>
+<div class="math notranslate nohighlight">\\[ z = 1 \\]</div>
 <div class="cell"><div class="cell_input"><pre>plot()</pre></div>
 <div class="cell_output"><img src="figure.png" alt="output"></div></div>
 </section>
@@ -174,6 +183,95 @@ FAULTS = {
 }
 
 
+def exercise_items(numbers) -> str:
+    return "## Exercises\n\n" + "".join(f"{n}. Exercise {n}.\n" for n in numbers)
+
+
+def solution_sections(numbers) -> list:
+    return [new_markdown_cell(f"## Exercise {n} · Title {n}") for n in numbers]
+
+
+def chapter_page(stem: str, anchors, links) -> str:
+    """A chapter's page: anchors for the exercises ``anchors``, Solution links for ``links``."""
+    items = []
+    for n in sorted({*anchors, *links}):
+        anchor = f'<a id="exercise-{n}"></a>' if n in anchors else ""
+        link = f'<a href="solutions/{stem}_solutions.html#exercise-{n}">Solution</a>'
+        items.append(f"<li>{anchor}Exercise {n}. {link if n in links else ''}</li>")
+    return f'<section id="exercises"><h2>Exercises</h2><ol>{"".join(items)}</ol></section>'
+
+
+def solutions_page(stem: str, anchors, links) -> str:
+    """A solutions page: anchors for the sections ``anchors``, back links for ``links``."""
+    return "".join(
+        (f'<a id="exercise-{n}"></a>' if n in anchors else "")
+        + f'<section id="exercise-{n}-title-{n}"><h2>Exercise {n} · Title {n}</h2>'
+        + (
+            f'<p><a href="../{stem}.html#exercise-{n}">Back to exercise {n}</a></p>'
+            if n in links
+            else ""
+        )
+        + "</section>"
+        for n in sorted({*anchors, *links})
+    )
+
+
+# chapter stem: (its page, its solutions page or None, [(page, element, message)] expected)
+EXERCISE_PAIRS = {
+    "ch_good": (  # two exercises, linked both ways
+        chapter_page("ch_good", {1, 2}, {1, 2}),
+        solutions_page("ch_good", {1, 2}, {1, 2}),
+        [],
+    ),
+    "ch_bad": (
+        # exercise 1 has no Solution link; 3 has no anchor; the solution of 2 has no anchor
+        chapter_page("ch_bad", {1, 2}, {2, 3}),
+        # section 1 has no back link; 2 no anchor; 3 links back to a chapter anchor not there
+        solutions_page("ch_bad", {1, 3}, {2, 3}),
+        [
+            ("ch_bad.html", "exercise 1", "no link to its solution, solutions/ch_bad_solutions"),
+            (
+                "ch_bad.html",
+                "exercise 2",
+                "the link to its solution goes to solutions/ch_bad_solutions.html#exercise-2, "
+                "but that page has no id exercise-2",
+            ),
+            ("ch_bad.html", "exercise 3", "the page has no element with id exercise-3"),
+            (
+                "solutions/ch_bad_solutions.html",
+                "exercise 1",
+                "no link back to the exercise, ch_bad.html#exercise-1",
+            ),
+            (
+                "solutions/ch_bad_solutions.html",
+                "exercise 2",
+                "the page has no element with id exercise-2",
+            ),
+            (
+                "solutions/ch_bad_solutions.html",
+                "exercise 3",
+                "the link back to the exercise goes to ch_bad.html#exercise-3, but that page has "
+                "no id exercise-3",
+            ),
+        ],
+    ),
+    "ch_orphan": (  # an exercise whose solutions page was never built
+        chapter_page("ch_orphan", {1}, {1}),
+        None,
+        [
+            (
+                "ch_orphan.html",
+                "exercise 1",
+                "the link to its solution goes to a missing page, "
+                "solutions/ch_orphan_solutions.html#exercise-1",
+            )
+        ],
+    ),
+}
+EXERCISE_COUNTS = {"ch_good": 2, "ch_bad": 3, "ch_orphan": 1}  # in each chapter's notebook
+EXERCISE_FAULT_PAGES = {page for _, _, found in EXERCISE_PAIRS.values() for page, _, _ in found}
+
+
 def notebook_with_figures(n_figures: int):
     figure = new_output(
         "display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"}
@@ -198,6 +296,18 @@ def fixture_site(tmp_path_factory):
         notebook = "missing_figure.ipynb" if name == "missing_figure" else None
         mathjax = "_mathjax/not-there.js" if name == "mathjax_missing" else None
         (site / f"{name}.html").write_text(page(body, notebook, *[mathjax] * bool(mathjax)))
+    (site / "solutions").mkdir()
+    (site / "_sources" / "solutions").mkdir()
+    for stem, (chapter, solutions, _) in EXERCISE_PAIRS.items():
+        numbers = range(1, EXERCISE_COUNTS[stem] + 1)
+        cells = [new_markdown_cell(f"# {stem}"), new_markdown_cell(exercise_items(numbers))]
+        nbformat.write(new_notebook(cells=cells), site / "_sources" / f"{stem}.ipynb")
+        (site / f"{stem}.html").write_text(page(chapter, f"{stem}.ipynb"))
+        if solutions is not None:
+            name = f"solutions/{stem}_solutions"
+            cells = [new_markdown_cell(f"# Solutions to {stem}"), *solution_sections(numbers)]
+            nbformat.write(new_notebook(cells=cells), site / "_sources" / f"{name}.ipynb")
+            (site / f"{name}.html").write_text(page(solutions, f"{name}.ipynb", up="../"))
     return site
 
 
@@ -209,14 +319,24 @@ def report(chromium, fixture_site, tmp_path_factory):
 
 @pytest.mark.slow
 def test_every_page_is_opened(report):
-    assert set(report.pages) == {"index.html", "good.html", *(f"{n}.html" for n in FAULTS)}
+    exercise_pages = {f"{s}.html" for s in EXERCISE_PAIRS} | {
+        f"solutions/{s}_solutions.html" for s, (_, sol, _) in EXERCISE_PAIRS.items() if sol
+    }
+    assert set(report.pages) == {
+        "index.html",
+        "good.html",
+        *(f"{n}.html" for n in FAULTS),
+        *exercise_pages,
+    }
     assert report.formulas >= 4  # the clean page's two and the broken page's two
+    # ch_good 2 + 2, ch_bad 3 + 3, ch_orphan 1
+    assert report.exercise_links == 11
 
 
 @pytest.mark.slow
 def test_clean_pages_pass(report):
-    clean = [p for p in report.problems if p.page in ("index.html", "good.html")]
-    assert clean == []
+    clean = ("index.html", "good.html", "ch_good.html", "solutions/ch_good_solutions.html")
+    assert [p for p in report.problems if p.page in clean] == []
 
 
 @pytest.mark.slow
@@ -238,7 +358,20 @@ def test_only_the_wide_cells_are_reported(report):
 
 @pytest.mark.slow
 def test_the_faults_stay_on_their_pages(report):
-    assert {p.page for p in report.problems} == {f"{n}.html" for n in FAULTS}
+    assert {p.page for p in report.problems} == {f"{n}.html" for n in FAULTS} | (
+        EXERCISE_FAULT_PAGES
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", [s for s in EXERCISE_PAIRS if EXERCISE_PAIRS[s][2]])
+def test_each_broken_exercise_link_is_named(report, stem):
+    for page_name, element, message in EXERCISE_PAIRS[stem][2]:
+        found = [p for p in report.problems if p.page == page_name and p.element == element]
+        assert any(message in p.message for p in found), (
+            f"expected {element!r}: {message!r} on {page_name}, got:\n"
+            + "\n".join(map(str, [p for p in report.problems if p.page == page_name]))
+        )
 
 
 @pytest.mark.slow
@@ -296,3 +429,74 @@ def test_notebook_links_to_repository_files_go_to_the_repository():
     assert "[b](03_attention.ipynb#x)" in text  # a page of the site
     assert "[c](../no/such/file.py)" in text  # dead: left for Sphinx to report
     assert build_book.jupyter_slug(" 2. Why scale ") == "2.-Why-scale"
+
+
+@pytest.mark.slow
+# sphinx-book-theme and myst-parser use Sphinx APIs that Sphinx 9 marks for removal in 11
+@pytest.mark.filterwarnings("ignore:.*is deprecated. Check CHANGES for Sphinx API")
+def test_sphinx_turns_exercise_links_into_links_to_the_anchors(tmp_path):
+    """The notebooks' links, as written for Jupyter and GitHub, land on the page and the raw
+    anchor in the HTML book; a link to an anchor that does not exist fails the build."""
+    needs(
+        "the book's Sphinx packages",
+        all(importlib.util.find_spec(m) for m in ("sphinx", "myst_nb", "sphinx_book_theme")),
+        "pip install -r requirements-book.txt",
+    )
+    src = tmp_path / "src"
+    stem = "01_toy"
+    chapter = new_notebook(
+        cells=[
+            new_markdown_cell("# 01 · Toy"),
+            new_markdown_cell(
+                "## Exercises\n\n"
+                + "".join(
+                    f'{n}. <a id="exercise-{n}"></a>Exercise {n}. *Hint: {n}.*\n'
+                    f"   [Solution](solutions/{stem}_solutions.ipynb#exercise-{n})\n"
+                    for n in (1, 2)
+                )
+            ),
+        ]
+    )
+    solutions = new_notebook(
+        cells=[
+            new_markdown_cell(f"# Solutions to 01 · Toy\n\n[Back to the chapter](../{stem}.ipynb)"),
+            *(
+                new_markdown_cell(
+                    f'<a id="exercise-{n}"></a>\n\n## Exercise {n} · Toy {n}\n\n> Exercise {n}.\n\n'
+                    f"[Back to exercise {n}](../{stem}.ipynb#exercise-{n})"
+                )
+                for n in (1, 2)
+            ),
+        ]
+    )
+    wrong = new_notebook(cells=[new_markdown_cell(f"# Wrong\n\n[x]({stem}.ipynb#exercise-9)")])
+    (src / "notebooks" / "solutions").mkdir(parents=True)
+    nbformat.write(chapter, src / "notebooks" / f"{stem}.ipynb")
+    nbformat.write(solutions, src / "notebooks" / "solutions" / f"{stem}_solutions.ipynb")
+    nbformat.write(wrong, src / "notebooks" / "wrong.ipynb")
+    docs = [f"notebooks/{stem}", "notebooks/wrong"]
+    landing = build_book._landing_page(
+        "# Toy\n", set(), docs, [f"notebooks/solutions/{stem}_solutions"]
+    )
+    (src / "index.md").write_text(landing, encoding="utf-8")
+    build_book.write_css(src)
+    html = tmp_path / "html"
+    config = build_book.sphinx_config(["base", "ams"])
+    with pytest.raises(build_book.BookBuildError) as failed:
+        build_book.run_sphinx(src, html, tmp_path / "doctrees", config, set())
+    # the only warning: the link to an anchor that no page holds
+    warnings = [ln for ln in str(failed.value).splitlines() if "WARNING" in ln]
+    assert len(warnings) == 1 and "local id not found" in warnings[0], warnings
+    assert "'exercise-9'" in warnings[0] and "wrong.ipynb" in warnings[0]
+    # ... and, the build going on, the pair's links are links to the pages and their anchors
+    chapter_html = (html / "notebooks" / f"{stem}.html").read_text(encoding="utf-8")
+    solutions_html = (html / "notebooks" / "solutions" / f"{stem}_solutions.html").read_text(
+        encoding="utf-8"
+    )
+    for n in (1, 2):
+        assert f'<a id="exercise-{n}"></a>' in chapter_html
+        assert f'href="solutions/{stem}_solutions.html#exercise-{n}"' in chapter_html
+        assert f'<a id="exercise-{n}"></a>' in solutions_html
+        assert f'href="../{stem}.html#exercise-{n}"' in solutions_html
+    index = (html / "index.html").read_text(encoding="utf-8")
+    assert index.index(build_book.CHAPTERS_CAPTION) < index.index(build_book.SOLUTIONS_CAPTION)

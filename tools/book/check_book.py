@@ -17,7 +17,13 @@ fails, naming the page and the element, when:
 - an internal link points to a missing file or to an anchor its page does not have;
 - the page throws or logs a JavaScript error, fails to load a resource, or requests anything
   outside the site (such requests are blocked, not sent);
-- a notebook's page has no link to open it in Colab or to download its ``.ipynb``.
+- a notebook's page has no link to open it in Colab or to download its ``.ipynb``;
+- an exercise is not linked both ways with its worked solution (``tools/book/solutions.py``):
+  for each exercise N of a chapter (its source notebook's ``## Exercises``), the chapter's page
+  must hold the element ``id="exercise-N"`` and link to ``solutions/<chapter>_solutions.html
+  #exercise-N``, a page that exists and holds that element; for each ``## Exercise N``
+  section of a solutions notebook, its page must hold the element and link back to
+  ``../<chapter>.html#exercise-N``, which must hold it too;
 - a code cell (its input or an output) needs horizontal scrolling in the 1280 x 900 window:
   the book's style sheet (``build_book.BOOK_CSS``) fits a line of 100 characters, ruff's
   line-length, so a longer line in a notebook is what this reports. A folded cell (the setup
@@ -45,6 +51,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from check_latex import LatexToolMissing, check_notebooks  # beside this script
+from solutions import exercises, read_cells, sections
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
@@ -90,6 +97,7 @@ class Report:
     formulas: int = 0
     images: int = 0
     links: int = 0
+    exercise_links: int = 0  # exercise -> solution and back, each checked
     screenshots: list[Path] = field(default_factory=list)
 
 
@@ -591,6 +599,67 @@ def _link_problems(
     return problems
 
 
+def expected_exercise_links(page_path: Path, notebook: Path) -> list[tuple[int, Path, str]]:
+    """(N, target page, what it is) for each exercise link the page must carry.
+
+    A chapter page (its notebook has ``## Exercises``) links exercise N to its solution,
+    ``solutions/<stem>_solutions.html#exercise-N``; a solutions page (``solutions/*_solutions``)
+    links section N back to ``../<chapter>.html#exercise-N``. Other pages carry none.
+    """
+    try:
+        cells = read_cells(notebook)
+    except ValueError:
+        return []
+    if notebook.parent.name == "solutions" and notebook.stem.endswith("_solutions"):
+        chapter = page_path.parent.parent / (notebook.stem.removesuffix("_solutions") + ".html")
+        return [
+            (n, chapter, "link back to the exercise") for n in range(1, len(sections(cells)) + 1)
+        ]
+    items = exercises(cells)
+    if items is None:
+        return []
+    solution = page_path.parent / "solutions" / f"{page_path.stem}_solutions.html"
+    return [(n, solution, "link to its solution") for n in range(1, len(items) + 1)]
+
+
+def _exercise_link_problems(
+    site: Path, page_path: Path, notebook: Path, seen: dict, ids_of: dict[Path, set[str]]
+) -> tuple[list[Problem], int]:
+    """Each exercise link the page must carry (`expected_exercise_links`): the anchor on this
+    page, the link, and the anchor on its target. Returns (problems, links checked)."""
+    page = _page_name(site, page_path)
+    expected = expected_exercise_links(page_path, notebook)
+    targets = set()
+    for link in seen["links"]:
+        parts = urlsplit(link["url"])
+        if parts.scheme == "file":
+            targets.add((Path(unquote(parts.path)).resolve(), unquote(parts.fragment)))
+    problems = []
+    for n, target, what in expected:
+        anchor, element = f"exercise-{n}", f"exercise {n}"
+        target_name = f"{_page_name(site, target)}#{anchor}"
+        if anchor not in ids_of.get(page_path, set()):
+            problems.append(Problem(page, element, f"the page has no element with id {anchor}"))
+        if (target.resolve(), anchor) not in targets:
+            problems.append(Problem(page, element, f"no {what}, {target_name}"))
+        elif not target.is_file():
+            problems.append(
+                Problem(page, element, f"the {what} goes to a missing page, {target_name}")
+            )
+        else:
+            if target not in ids_of:
+                ids_of[target] = static_ids(target)
+            if anchor not in ids_of[target]:
+                problems.append(
+                    Problem(
+                        page,
+                        element,
+                        f"the {what} goes to {target_name}, but that page has no id {anchor}",
+                    )
+                )
+    return problems, len(expected)
+
+
 def _notebook_page_problems(site: Path, page: str, notebook: Path, seen: dict) -> list[Problem]:
     problems = []
     name = notebook.name
@@ -663,6 +732,11 @@ def check_site(
                 )
         for path, seen in seen_by_page.items():
             report.problems += _link_problems(site, path, seen, ids_of)
+            notebook = site / "_sources" / path.relative_to(site).with_suffix(".ipynb")
+            if notebook.is_file():
+                problems, checked = _exercise_link_problems(site, path, notebook, seen, ids_of)
+                report.problems += problems
+                report.exercise_links += checked
         if screenshots is not None:
             report.screenshots = _screenshots(chrome, site, seen_by_page, screenshots)
     return report
@@ -729,7 +803,8 @@ def main(argv: list[str] | None = None) -> int:
     shots = ", ".join(_page_name(ROOT, s) for s in report.screenshots) or "none"
     print(
         f"browser check: {len(report.pages)} pages, {report.formulas} formulas, "
-        f"{report.images} images, {report.links} links, {len(report.problems)} problems "
+        f"{report.images} images, {report.links} links ({report.exercise_links} between "
+        f"exercises and solutions), {len(report.problems)} problems "
         f"({time.perf_counter() - start:.0f} s); screenshots: {shots}"
     )
     return 1 if report.problems else 0
