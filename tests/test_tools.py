@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from book import ROOT, notebook_paths, setup_cell
+from book import ROOT, all_notebook_paths, notebook_paths, setup_cell
 from check_notebooks import check_notebook, raw_float_reprs
 from execute_notebooks import clean_metadata
 
@@ -117,7 +117,7 @@ def test_a_stored_raw_float_tensor_fails_the_hygiene_check(tmp_path):
 
 
 def test_every_book_notebook_is_clean():
-    paths = notebook_paths()
+    paths = all_notebook_paths()  # the chapters and the solutions notebooks
     assert paths, "the book has no notebooks"
     assert [p for path in paths for p in check_notebook(path)] == []
 
@@ -233,7 +233,7 @@ def test_no_notebook_writes_a_figure_into_the_repository():
     # Running a notebook must not change a tracked file: tools/book/make_figures.py writes figures.
     writers = [
         f"{path.name}: cell {i}"
-        for path in notebook_paths()
+        for path in all_notebook_paths()
         for i, cell in enumerate(nbformat.read(path, as_version=4).cells)
         if cell.cell_type == "code" and "savefig(" in cell.source
     ]
