@@ -1,0 +1,225 @@
+"""Attention in tiles with the online softmax (FlashAttention's algorithm) -- notebook 14.
+
+`flash_attention(q, k, v)` equals `softmax(q kᵀ / √d_k) v` but never builds the `(q, k)`
+matrix of scores: it walks over blocks of queries and, for each, over blocks of keys, keeping
+per query row a running maximum `m`, a running sum `l` of exponentials and an unnormalised
+output, rescaled by `exp(m_old - m_new)` whenever the maximum grows (Milakov & Gimelshein
+2018; Dao et al. 2022). The backward pass (FlashAttention-2, Dao 2023) recomputes each block
+of scores from the saved row log-sum-exp `L = m + log l`, so training memory is linear in the
+sequence length too: `P = exp(S - L)`, `D = rowsum(dO ∘ O)`, `dS = P ∘ (dP - D)`.
+
+Plain PyTorch, written to be read next to its derivation: the block loops run in Python, so
+it is slower than a fused kernel (`F.scaled_dot_product_attention`); what it shows is the
+algorithm and its memory. Supported: a boolean mask (`True` = may attend) broadcastable to
+`(..., q, k)`, e.g. a key-padding mask `(B, 1, 1, S)`, and `causal=True` (query `i` sees keys
+`j <= i`, aligned at the top left as in `F.scaled_dot_product_attention(is_causal=True)`).
+Not supported: dropout on the weights, gradients of gradients. A query row whose keys are all
+masked gets output 0 and zero gradients, as in `utils.attention`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from utils.checks import check_bool, check_mask, check_positive_int
+
+__all__ = ["flash_attention", "flash_forward", "flash_backward", "FlashAttention"]
+
+
+def _block_mask(
+    mask: Tensor | None, causal: bool, qs: slice, ks: slice, device: torch.device
+) -> Tensor | None:
+    """The bool mask of one block of scores, `(..., bq, bk)` or `(bq, bk)`; None: all allowed."""
+    block = None if mask is None else mask[..., qs, ks]
+    if causal:
+        rows = torch.arange(qs.start, qs.stop, device=device)[:, None]
+        cols = torch.arange(ks.start, ks.stop, device=device)[None, :]
+        tri = rows >= cols
+        block = tri if block is None else block & tri
+    return block
+
+
+def _key_blocks(n_k: int, block_k: int, causal: bool, q_stop: int) -> list[slice]:
+    """Key blocks a query block needs: all of them, or under `causal` those that start at or
+    before the block's last query (blocks entirely in the future are skipped, not computed)."""
+    last = min(n_k, q_stop) if causal else n_k
+    return [slice(j, min(j + block_k, n_k)) for j in range(0, last, block_k)]
+
+
+def flash_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> tuple[Tensor, Tensor]:
+    r"""Tiled attention with the online softmax; no checks (`flash_attention` makes them).
+
+    Shapes: q `(..., n_q, d_k)`, k `(..., n_k, d_k)`, v `(..., n_k, d_v)`, mask bool
+    `(..., n_q, n_k)` already expanded (a view: no memory). Returns `(out, lse)`: out
+    `(..., n_q, d_v)` and the row log-sum-exp of the scaled scores `(..., n_q)` (`+inf` for a
+    row with no allowed key, so that the backward's `exp(S - lse)` is 0 there).
+
+    Per query block, over key blocks: `m_new = max(m, rowmax(S))`,
+    `l = e^{m - m_new} l + rowsum(e^{S - m_new})`, `acc = e^{m - m_new} acc + e^{S - m_new} V`;
+    at the end `out = acc / l`. Memory beyond the inputs: `O(n_q (d_v + 2))` plus one block.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lse = q.new_empty(q.shape[:-1])
+    for i in range(0, n_q, block_q):
+        qs = slice(i, min(i + block_q, n_q))
+        q_blk = q[..., qs, :]  # (..., bq, d_k)
+        m = q.new_full(q_blk.shape[:-1], float("-inf"))  # running row maximum (..., bq)
+        ell = q.new_zeros(q_blk.shape[:-1])  # l, running sum of exp(s - m)  (..., bq)
+        acc = q.new_zeros((*q_blk.shape[:-1], v.shape[-1]))  # running sum of exp(s - m) v
+        for ks in _key_blocks(n_k, block_k, causal, qs.stop):
+            s = q_blk @ k[..., ks, :].transpose(-2, -1) * scale  # (..., bq, bk)
+            allowed = _block_mask(mask, causal, qs, ks, q.device)
+            if allowed is not None:
+                s = s.masked_fill(~allowed, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1))
+            # a row with no allowed key so far has m_new = -inf: subtract 0 there, not -inf
+            shift = m_new.masked_fill(m_new == float("-inf"), 0.0)
+            p = torch.exp(s - shift[..., None])  # (..., bq, bk); masked entries are 0
+            alpha = torch.exp(m - shift)  # rescales what was summed under the old maximum
+            ell = alpha * ell + p.sum(dim=-1)
+            acc = alpha[..., None] * acc + p @ v[..., ks, :]
+            m = m_new
+        empty = ell == 0  # every key masked: output 0, lse +inf
+        out[..., qs, :] = acc / ell.masked_fill(empty, 1.0)[..., None]
+        lse[..., qs] = (m + torch.log(ell)).masked_fill(empty, float("inf"))
+    return out, lse
+
+
+def flash_backward(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""Gradients `(dq, dk, dv)` of tiled attention, recomputing each block of scores.
+
+    With `P = exp(S - lse)` (the softmax weights of the block, exact because `lse` is the
+    whole row's log-sum-exp), `dV += Pᵀ dO`, `dP = dO Vᵀ`, `dS = P ∘ (dP - D)` with
+    `D = rowsum(dO ∘ O)` (= `rowsum(P ∘ dP)` over the whole row), `dQ += dS K / √d_k`,
+    `dK += dSᵀ Q / √d_k`. Shapes as `flash_forward`; `grad_out` like `out`.
+    """
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    d_row = (grad_out * out).sum(dim=-1)  # D, (..., n_q)
+    for i in range(0, n_q, block_q):
+        qs = slice(i, min(i + block_q, n_q))
+        q_blk, do_blk = q[..., qs, :], grad_out[..., qs, :]
+        for ks in _key_blocks(n_k, block_k, causal, qs.stop):
+            s = q_blk @ k[..., ks, :].transpose(-2, -1) * scale
+            allowed = _block_mask(mask, causal, qs, ks, q.device)
+            if allowed is not None:
+                s = s.masked_fill(~allowed, float("-inf"))
+            p = torch.exp(s - lse[..., qs, None])  # (..., bq, bk)
+            dv[..., ks, :] += p.transpose(-2, -1) @ do_blk
+            dp = do_blk @ v[..., ks, :].transpose(-2, -1)
+            ds = p * (dp - d_row[..., qs, None])
+            dq[..., qs, :] += ds @ k[..., ks, :] * scale
+            dk[..., ks, :] += ds.transpose(-2, -1) @ q_blk * scale
+    return dq, dk, dv
+
+
+class FlashAttention(torch.autograd.Function):
+    """`flash_forward` with `flash_backward` as its gradient: saves q, k, v, out and the row
+    log-sum-exp (all `O(n d)`), never the `(n_q, n_k)` weights."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        causal: bool,
+        block_q: int,
+        block_k: int,
+    ) -> Tensor:
+        out, lse = flash_forward(q, k, v, mask, causal, block_q, block_k)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        ctx.options = (causal, block_q, block_k)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        causal, block_q, block_k = ctx.options
+        dq, dk, dv = flash_backward(grad_out, q, k, v, out, lse, mask, causal, block_q, block_k)
+        return dq, dk, dv, None, None, None, None
+
+
+def flash_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> Tensor:
+    r"""softmax(Q Kᵀ / √d_k) V in tiles of `block_q` queries by `block_k` keys.
+
+    Args:
+        query: `(..., n_q, d_k)`.
+        key:   `(..., n_k, d_k)`, the same leading dims as `query`.
+        value: `(..., n_k, d_v)`.
+        mask:  bool, `True` = may attend, broadcastable to `(..., n_q, n_k)`; a key-padding
+            mask `(B, 1, 1, n_k)` keeps memory linear (a full `(n_q, n_k)` mask is itself
+            quadratic).
+        causal: query `i` may attend key `j` only if `j <= i` (combined with `mask` by "and").
+        block_q, block_k: tile sizes, positive ints; the last tile may be shorter.
+
+    Returns:
+        `(..., n_q, d_v)`, differentiable in query, key and value (backward by
+        `flash_backward`). The weights are not returned: they never exist as one tensor.
+    """
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor) or t.dim() < 2 or not t.is_floating_point():
+            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+            raise ValueError(
+                f"{name} must be a floating-point tensor (..., seq, features), got {got}"
+            )
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(
+            "query, key and value must share a dtype, got "
+            f"{query.dtype}, {key.dtype}, {value.dtype}"
+        )
+    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            "expected query (..., n_q, d_k), key (..., n_k, d_k), value (..., n_k, d_v), got "
+            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+        raise ValueError(
+            "query, key and value must have the same leading (batch, heads) dims, got "
+            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}"
+        )
+    check_bool("causal", causal)
+    check_positive_int("block_q", block_q)
+    check_positive_int("block_k", block_k)
+    scores_shape = (*query.shape[:-1], key.shape[-2])
+    if mask is not None:
+        check_mask(mask, scores_shape)
+        mask = mask.expand(scores_shape)  # a view: slicing it per block costs nothing
+    out: Tensor = FlashAttention.apply(query, key, value, mask, causal, block_q, block_k)
+    return out
