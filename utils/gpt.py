@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from utils.checks import (
     check_bool,
     check_dropout,
     check_head_dims,
+    check_positive_float,
     check_positive_int,
     check_token_ids,
     check_tokens,
@@ -25,11 +27,11 @@ from utils.checks import (
 from utils.decoding import evaluation, greedy_search, sample
 from utils.embeddings import InputEmbedding, check_positional, tie_weights
 from utils.fast import use_fast_path
-from utils.layers import EncoderLayer, LayerNorm, init_weights_
+from utils.layers import ACTIVATIONS, EncoderLayer, LayerNorm, init_weights_
 from utils.masks import causal_mask
 from utils.model import Generator
 
-__all__ = ["GPTConfig", "GPT", "LMScorer", "generate"]
+__all__ = ["GPTConfig", "GPT", "LMScorer", "generate", "save_gpt", "load_gpt"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class GPTConfig:
     """Hyper-parameters of the decoder-only model; shared fields as `utils.model.TransformerConfig`.
 
     `max_len` is the context. Defaults follow GPT-2: pre-norm, learned positions, tied embeddings.
+    Four fields make it GPT-2 exactly (notebook 15, `utils.gpt2`): `activation="gelu_tanh"`
+    (the FFN's; `utils.layers.make_activation`), `norm_eps` (every LayerNorm's eps),
+    `scale_embeddings=False` (GPT-2 does not multiply the token lookup by √d_model) and
+    `head_bias=False` (GPT-2's output layer has no bias). Their defaults are notebook 13's.
     """
 
     vocab_size: int
@@ -50,6 +56,10 @@ class GPTConfig:
     positional: str = "learned"
     tie_embeddings: bool = True
     fused: bool = False
+    activation: str = "relu"
+    norm_eps: float = 1e-5
+    scale_embeddings: bool = True
+    head_bias: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
@@ -57,8 +67,11 @@ class GPTConfig:
         check_head_dims(self.d_model, self.n_heads)
         check_dropout(self.dropout)
         check_positional(self.positional, self.d_model)
-        for name in ("norm_first", "tie_embeddings", "fused"):
+        for name in ("norm_first", "tie_embeddings", "fused", "scale_embeddings", "head_bias"):
             check_bool(name, getattr(self, name))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
+        check_positive_float("norm_eps", self.norm_eps)
 
     def replace(self, **changes: Any) -> GPTConfig:
         """A copy with some fields changed (validated again)."""
@@ -84,6 +97,7 @@ class GPT(nn.Module):
             dropout=config.dropout,
             positional=config.positional,
         )
+        self.embed.token.scale = config.scale_embeddings
         self.layers = nn.ModuleList(
             EncoderLayer(
                 config.d_model,
@@ -91,11 +105,15 @@ class GPT(nn.Module):
                 config.d_ff,
                 config.dropout,
                 norm_first=config.norm_first,
+                activation=config.activation,
+                eps=config.norm_eps,
             )
             for _ in range(config.n_layers)
         )
-        self.norm = LayerNorm(config.d_model) if config.norm_first else None
+        self.norm = LayerNorm(config.d_model, eps=config.norm_eps) if config.norm_first else None
         self.generator = Generator(config.d_model, config.vocab_size)
+        if not config.head_bias:
+            self.generator.proj.register_parameter("bias", None)
         if config.tie_embeddings:
             tie_weights(self.generator.proj, self.embed.token)
         self.reset_parameters()
@@ -216,3 +234,36 @@ def generate(
             top_p=top_p,
             rng=rng,
         )
+
+
+GPT_FORMAT = "attention-book-gpt/1"
+
+
+def save_gpt(model: GPT, path: str | Path, **extra: Any) -> None:
+    """Save `model`'s config and float32 weights, with `extra` (plain Python values), to `path`.
+
+    `load_gpt` reads it back; `torch.load(..., weights_only=True)` can read it (no pickled code).
+    """
+    if not isinstance(model, GPT):
+        raise ValueError(f"model must be a utils.gpt.GPT, got {type(model).__name__}")
+    state = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
+    blob = {
+        "format": GPT_FORMAT,
+        "config": dataclasses.asdict(model.config),
+        "state_dict": state,
+        "extra": extra,
+    }
+    torch.save(blob, Path(path))
+
+
+def load_gpt(path: str | Path) -> tuple[GPT, dict[str, Any]]:
+    """The `GPT` saved by `save_gpt` (in evaluation mode, on the CPU) and its `extra` dict."""
+    try:
+        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a GPT file ({GPT_FORMAT!r}): {exc}") from None
+    if not isinstance(blob, dict) or blob.get("format") != GPT_FORMAT:
+        raise ValueError(f"{path} is not a GPT file: expected format {GPT_FORMAT!r}")
+    model = GPT(GPTConfig(**blob["config"]))
+    model.load_state_dict(blob["state_dict"])
+    return model.eval(), dict(blob["extra"])

@@ -17,6 +17,8 @@ from utils.cache import AttentionCache
 from utils.checks import check_bool, check_dropout, check_positive_float, check_positive_int
 
 __all__ = [
+    "ACTIVATIONS",
+    "make_activation",
     "FeedForward",
     "LayerNorm",
     "SublayerConnection",
@@ -31,13 +33,31 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+
+
+def make_activation(name: str) -> nn.Module:
+    """The FFN's nonlinearity by name: "relu" (the paper), "gelu" (exact, Hendrycks & Gimpel
+    2016) or "gelu_tanh" (GELU's tanh approximation, which GPT-2 uses; notebook 15)."""
+    if name == "relu":
+        return nn.ReLU()
+    if name == "gelu":
+        return nn.GELU()
+    if name == "gelu_tanh":
+        return nn.GELU(approximate="tanh")
+    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+
+
 class FeedForward(nn.Module):
     """Position-wise FFN(x) = max(0, x W1 + b1) W2 + b2 (eq. 2): `(..., d_model)` -> same.
 
     Hidden activations `(..., d_ff)`; dropout on them, after the ReLU, as PyTorch does.
+    `activation` swaps the ReLU for GELU, exact or tanh-approximated (`make_activation`).
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"
+    ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("d_ff", d_ff)
@@ -45,7 +65,7 @@ class FeedForward(nn.Module):
         self.d_model = d_model
         self.d_ff = d_ff
         self.linear1 = nn.Linear(d_model, d_ff)
-        self.activation = nn.ReLU()
+        self.activation = make_activation(activation)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
 
@@ -99,17 +119,19 @@ class SublayerConnection(nn.Module):
     """Residual, dropout and LayerNorm around a sublayer passed to `forward` as a callable.
 
     Post-norm (the paper): `norm(x + dropout(sublayer(x)))`; pre-norm (`norm_first`, Xiong et
-    al. 2020): `x + dropout(sublayer(norm(x)))`.
+    al. 2020): `x + dropout(sublayer(norm(x)))`. `eps` is the LayerNorm's.
     """
 
-    def __init__(self, d_model: int, dropout: float = 0.0, norm_first: bool = False) -> None:
+    def __init__(
+        self, d_model: int, dropout: float = 0.0, norm_first: bool = False, eps: float = 1e-5
+    ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_dropout(dropout)
         check_bool("norm_first", norm_first)
         self.d_model = d_model
         self.norm_first = norm_first
-        self.norm = LayerNorm(d_model)
+        self.norm = LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
@@ -129,7 +151,10 @@ class SublayerConnection(nn.Module):
 
 class _Layer(nn.Module):
     """What an encoder and a decoder layer hold: self-attention, cross-attention (decoder
-    only), the FFN, and one `SublayerConnection` per sublayer, built in that order."""
+    only), the FFN, and one `SublayerConnection` per sublayer, built in that order.
+
+    `activation` (the FFN's, `make_activation`) and `eps` (every LayerNorm's) let a layer be
+    GPT-2's (notebook 15); the defaults are the paper's ReLU and PyTorch's 1e-5."""
 
     cross: bool  # True in a decoder layer: a cross-attention sublayer after self-attention
 
@@ -142,6 +167,8 @@ class _Layer(nn.Module):
         norm_first: bool = False,
         d_k: int | None = None,
         d_v: int | None = None,
+        activation: str = "relu",
+        eps: float = 1e-5,
     ) -> None:
         super().__init__()
         self.d_model = d_model
@@ -151,9 +178,10 @@ class _Layer(nn.Module):
             self.cross_attn = MultiHeadAttention(
                 d_model, n_heads, d_k=d_k, d_v=d_v, dropout=dropout
             )
-        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout, activation=activation)
         self.sublayers = nn.ModuleList(
-            SublayerConnection(d_model, dropout, norm_first) for _ in range(3 if self.cross else 2)
+            SublayerConnection(d_model, dropout, norm_first, eps=eps)
+            for _ in range(3 if self.cross else 2)
         )
 
 
