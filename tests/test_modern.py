@@ -210,3 +210,15 @@ def test_loader_refuses_what_it_cannot_express():
     hf.config.mlp_bias = True
     with pytest.raises(ValueError, match="mlp_bias"):
         config_from_llama(hf.config)
+
+
+def test_fused_attention_equals_the_readable_path():
+    config = ModernConfig(vocab_size=23, d_model=24, n_heads=6, n_kv_heads=3, n_layers=2)
+    readable = ModernLM(config).eval()
+    fused = ModernLM(config.replace(fused=True)).eval()
+    fused.load_state_dict(readable.state_dict())
+    tokens = torch.randint(0, 23, (2, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(fused(tokens), readable(tokens), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="fused must be a bool"):
+        ModernConfig(vocab_size=5, fused=1)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.attention import scaled_dot_product_attention
@@ -201,7 +202,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> `(..., d_model)`."""
-        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+        return self.down(F.silu(self.gate(x)) * self.up(x))
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, d_ff={self.d_ff}"
@@ -240,7 +241,9 @@ class GroupedQueryAttention(nn.Module):
     `n_kv_heads == n_heads` is multi-head attention, `n_kv_heads == 1` multi-query attention
     (Shazeer, 2019). Rotary positions act on queries and keys after the projections. The
     cache keeps the `n_kv_heads` rotated keys and values, not the repeated ones: that is
-    the memory GQA saves. x `(B, T, d_model)` -> `(B, T, d_model)`.
+    the memory GQA saves. x `(B, T, d_model)` -> `(B, T, d_model)`. `fused=True` computes
+    the same attention with `F.scaled_dot_product_attention(..., enable_gqa=True)` (speed
+    only; a mask with a fully masked row is not supported there).
     """
 
     def __init__(
@@ -252,9 +255,11 @@ class GroupedQueryAttention(nn.Module):
         max_len: int,
         rope_base: float = 10000.0,
         bias: bool = False,
+        fused: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
+        self.fused = check_bool("fused", fused)
         self.n_kv_heads = check_kv_heads(n_heads, n_kv_heads)
         self.n_heads, self.d_head = n_heads, _check_head_dim(d_head)
         self.groups = n_heads // n_kv_heads
@@ -290,8 +295,11 @@ class GroupedQueryAttention(nn.Module):
             if cache.k is not None and cache.v is not None:
                 k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
             cache.k, cache.v = k, v
-        k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)
-        out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, n_heads, T, d_head)
+        if self.fused:  # PyTorch's kernel, which the notebook shows equal to the lines below
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        else:
+            k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)
+            out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, n_heads, T, d_head)
         batch, _, length, _ = out.shape
         return self.w_o(out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head))
 
@@ -308,7 +316,8 @@ class ModernConfig:
     `n_kv_heads` defaults to `n_heads` (multi-head attention); `d_head` to
     `d_model // n_heads`; `d_ff` to `swiglu_hidden(4 * d_model)`, the SwiGLU width with the
     parameters of the paper's 4·d_model ReLU FFN. Llama's choices: no biases, RMSNorm with
-    eps 1e-6, rotary base 10,000, untied output layer.
+    eps 1e-6, rotary base 10,000, untied output layer. `fused` switches attention to
+    PyTorch's kernel (speed only, same outputs to float precision).
     """
 
     vocab_size: int
@@ -322,6 +331,7 @@ class ModernConfig:
     rope_base: float = 10000.0
     eps: float = 1e-6
     tie_embeddings: bool = False
+    fused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
@@ -343,6 +353,7 @@ class ModernConfig:
         check_positive_float("rope_base", self.rope_base)
         check_positive_float("eps", self.eps)
         check_bool("tie_embeddings", self.tie_embeddings)
+        check_bool("fused", self.fused)
 
     def replace(self, **changes: Any) -> ModernConfig:
         """A copy with some fields changed (validated again)."""
@@ -383,6 +394,7 @@ class ModernBlock(nn.Module):
             config.head_dim,
             config.max_len,
             config.rope_base,
+            fused=config.fused,
         )
         self.ffn_norm = RMSNorm(config.d_model, config.eps)
         self.ffn = SwiGLU(config.d_model, config.ff_dim)
