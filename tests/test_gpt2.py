@@ -197,6 +197,21 @@ def test_gelu_tanh_is_gpt2s_formula_and_fast_path_honours_options() -> None:
         assert (slow(x) - fast(x)).abs().max().item() < 1e-5
 
 
+def test_config_mapping_gelu_pytorch_tanh_and_dropout() -> None:
+    # "gelu_pytorch_tanh" is the same tanh formula as "gelu_new", computed by PyTorch's kernel
+    fields = dict(CONFIGS["small"], activation_function="gelu_pytorch_tanh")
+    assert config_from_hf(GPT2Config(**fields)).activation == "gelu_tanh"
+    torch.manual_seed(0)
+    theirs = GPT2LMHeadModel(GPT2Config(**fields)).eval()
+    mine = gpt_from_hf(theirs)
+    tokens = torch.randint(0, fields["vocab_size"], (2, fields["n_positions"]))
+    with torch.no_grad():
+        assert (theirs(tokens).logits - mine(tokens)).abs().max().item() < 1e-5
+    # three dropout rates become the book's one: the largest
+    rates = GPT2Config(**CONFIGS["small"], embd_pdrop=0.05, attn_pdrop=0.0, resid_pdrop=0.2)
+    assert config_from_hf(rates).dropout == 0.2
+
+
 def test_defaults_keep_notebook_13s_model() -> None:
     model = GPT(GPTConfig(vocab_size=10, d_model=8, n_heads=2, d_ff=16, n_layers=1, max_len=4))
     assert model.embed.token.scale and model.generator.proj.bias is not None
@@ -211,8 +226,6 @@ def test_bad_input() -> None:
         config_from_hf(GPT2Config(**CONFIGS["small"], scale_attn_by_inverse_layer_idx=True))
     with pytest.raises(ValueError, match="activation_function"):
         config_from_hf(GPT2Config(**CONFIGS["small"], activation_function="silu"))
-    with pytest.raises(ValueError, match="dropout"):
-        config_from_hf(GPT2Config(**CONFIGS["small"], attn_pdrop=0.0))
     with pytest.raises(ValueError, match="activation"):
         GPTConfig(vocab_size=10, d_model=8, n_heads=2, activation="swish")
     with pytest.raises(ValueError, match="norm_eps"):
