@@ -29,7 +29,7 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `measure`      fair timings and memory peaks                         -- notebook 14
 - `flash`        attention in tiles with the online softmax (FlashAttention) -- notebook 14
 - `gpt2`         the book's GPT to and from Hugging Face's GPT-2 (configs, weights) -- notebook 15
-- `modern`       RMSNorm, rotary positions, SwiGLU, grouped-query attention, a Llama-style LM -- notebook 16
+- `modern`       RMSNorm, RoPE, SwiGLU, grouped-query attention: a Llama-style LM -- notebook 16
 - `llama`        Hugging Face's LlamaForCausalLM weights in the book's ModernLM -- notebook 16
 
 Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;
