@@ -67,7 +67,9 @@ def test_swiglu_two_thirds_rule_matches_relu_parameters():
     relu, swiglu = FeedForward(d_model, d_ff), SwiGLU(d_model, hidden)
     gap = abs(count_parameters(relu) - count_parameters(swiglu))
     assert gap <= 3 * d_model + d_ff + d_model  # the rounding of h plus the ReLU FFN's biases
-    assert swiglu_hidden(4 * 4096, multiple_of=256) % 256 == 0
+    assert swiglu_hidden(4 * 4096, multiple_of=256) == 11008  # Llama-2-7B
+    assert swiglu_hidden(4 * 5120, multiple_of=256) == 13824  # Llama-2-13B: rounded up
+    assert swiglu_hidden(4 * 64) == 170  # truncated, as Llama's int(2 * d_ff / 3)
 
 
 @pytest.mark.parametrize("n_heads, n_kv_heads", [(6, 6), (6, 2), (6, 1)])
