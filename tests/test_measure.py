@@ -19,12 +19,19 @@ def test_interleaved_alternates_the_order_after_one_warm_up_each():
     assert "".join(calls) == "ab" + "abbaabba"
 
 
-def test_interleaved_returns_each_functions_median_in_order():
-    def busy(n: int):
-        return lambda: sum(i * i for i in range(n))
+def test_interleaved_returns_each_functions_median_in_order(monkeypatch):
+    # a fake clock that each function advances by its own cost: the medians are exact, and
+    # no assert depends on how fast this machine is (tools/book/timing_asserts.py)
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr("utils.measure.time.process_time", lambda: clock.now)
 
-    small, large = interleaved([busy(1_000), busy(200_000)], repeats=2, device=CPU)
-    assert small < large
+    def costs(seconds: list[float]):
+        runs = iter(seconds)
+        return lambda: setattr(clock, "now", clock.now + next(runs))
+
+    # a warm-up, then 3 timed runs each: medians 2.0 and 7.0 whatever the order
+    medians = interleaved([costs([9.0, 1.0, 2.0, 6.0]), costs([0.5, 7.0, 6.0, 20.0])], 3, CPU)
+    assert medians == [2.0, 7.0]
 
 
 @pytest.mark.parametrize(

@@ -313,7 +313,6 @@ def test_tiny_transformer_overfits_one_batch():
     # 3e-3, not 1e-2: at 1e-2 the loss can spike back up late (0.23 at step 100 on one CPU,
     # below 0.05 on another: rounding differs between CPUs); 3e-3 ends at 0.004-0.007, seeds 0-5
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    start = time.perf_counter()
     history = train(
         model,
         itertools.repeat(batch),
@@ -323,10 +322,8 @@ def test_tiny_transformer_overfits_one_batch():
         log_every=10,
         progress=False,
     )
-    seconds = time.perf_counter() - start
     assert history.final_loss < 0.05, history.loss
     assert history.loss[0] > 1.0  # it did learn: from about ln|V| = 2.5
-    assert seconds < 10
     assert history.step == list(range(10, 101, 10)) and history.stop_reason == "steps"
     assert all(t > 0 for t in history.tokens_per_s)
     assert history.elapsed_s == sorted(history.elapsed_s)
