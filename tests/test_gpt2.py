@@ -54,11 +54,19 @@ def hf_model(name: str, seed: int = 0) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
     config = GPT2Config(**CONFIGS[name], bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(config).eval()
-    with torch.no_grad():  # biases and LayerNorm gains start at 0 and 1: make them matter
-        for p in model.parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
+    perturb(model)
     return model
+
+
+def perturb(model: torch.nn.Module) -> None:
+    """Add N(0, 0.1^2) noise to every parameter, in place.
+
+    Biases start at 0 and LayerNorm gains at 1 (in transformers and in the book): a loader that
+    swapped two of them, or never copied one, would pass a parity check on a fresh model.
+    """
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -126,6 +134,7 @@ def test_export_of_a_book_model_keeps_its_distribution(tied: bool, positional: s
         positional=positional,
     )
     ours = GPT(config).eval()
+    perturb(ours)
     with torch.no_grad():
         ours.generator.proj.bias.normal_()
     hf = gpt_to_hf(ours)
@@ -140,6 +149,7 @@ def test_export_of_a_book_model_keeps_its_distribution(tied: bool, positional: s
 def test_save_pretrained_round_trip(tmp_path) -> None:
     torch.manual_seed(3)
     ours = GPT(GPTConfig(vocab_size=30, d_model=32, n_heads=2, d_ff=48, n_layers=2, max_len=20))
+    perturb(ours)
     with torch.no_grad():
         ours.generator.proj.bias.normal_()
     gpt_to_hf(ours).save_pretrained(tmp_path)
@@ -188,8 +198,9 @@ def test_gelu_tanh_is_gpt2s_formula_and_fast_path_honours_options() -> None:
     )
     torch.manual_seed(0)
     slow = GPT(config).eval()
-    torch.manual_seed(0)
+    perturb(slow)
     fast = GPT(config.replace(fused=True)).eval()
+    fast.load_state_dict(slow.state_dict())
     assert slow.generator.proj.bias is None and not slow.embed.token.scale
     assert all(layer.sublayers[0].norm.eps == 1e-3 for layer in fast.layers)
     x = torch.randint(0, 40, (2, 12))
@@ -203,6 +214,7 @@ def test_config_mapping_gelu_pytorch_tanh_and_dropout() -> None:
     assert config_from_hf(GPT2Config(**fields)).activation == "gelu_tanh"
     torch.manual_seed(0)
     theirs = GPT2LMHeadModel(GPT2Config(**fields)).eval()
+    perturb(theirs)
     mine = gpt_from_hf(theirs)
     tokens = torch.randint(0, fields["vocab_size"], (2, fields["n_positions"]))
     with torch.no_grad():

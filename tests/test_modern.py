@@ -161,6 +161,13 @@ LLAMA_CONFIGS = {
     "mha, tied": dict(
         hidden_size=30, num_attention_heads=3, num_key_value_heads=3, tie_word_embeddings=True
     ),
+    # Llama 3's base: a loader that ignored rope_theta would rotate by 10,000's angles
+    "gqa, rope_theta 500,000": dict(
+        hidden_size=48,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
+    ),
 }
 
 
@@ -178,7 +185,13 @@ def llama(**kw):
         **kw,
     )
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
+    model = transformers.LlamaForCausalLM(config).eval()
+    # every RMSNorm gain starts at 1, in transformers and in the book: a loader that swapped two
+    # norms (or never copied them) would pass; perturbing every parameter makes each one count
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
 
 
 @pytest.mark.slow
@@ -191,9 +204,16 @@ def test_logits_and_greedy_tokens_equal_llama(name):
         theirs = hf(tokens).logits
         diff = (ours(tokens) - theirs).abs().max().item()
     assert diff < 1e-5 and theirs.std() > 0.1  # logits far from zero, and equal
+    assert ours.config.rope_base == hf.config.rope_parameters["rope_theta"]
+    assert all(p.std() > 0.05 for p in hf.parameters())  # no tensor left at a constant
     prompt = tokens[:, :5]
-    expected = hf.generate(
-        prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False
+    expected = hf.generate(  # no end-of-text id: it would stop there and pad, the book's not
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=12,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
     )
     assert torch.equal(generate(ours, prompt, 12, greedy=True), expected)
 
@@ -224,3 +244,19 @@ def test_fused_attention_equals_the_readable_path():
         torch.testing.assert_close(fused(tokens), readable(tokens), rtol=0, atol=1e-5)
     with pytest.raises(ValueError, match="fused must be a bool"):
         ModernConfig(vocab_size=5, fused=1)  # type: ignore[arg-type]
+
+
+def test_wrong_models_empty_tokens_and_training_mode_are_refused():
+    """Found by using it (#26 §3): each a `ValueError` that names what was expected."""
+    from utils.modern import ModernScorer
+
+    gpt = GPT(GPTConfig(vocab_size=10, d_model=8, n_heads=2, d_ff=16, n_layers=1, max_len=8))
+    prompt = torch.ones(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="model must be a utils.modern.ModernLM, got GPT"):
+        generate(gpt, prompt, 3)  # type: ignore[arg-type]
+    model = ModernLM(ModernConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, max_len=8))
+    with pytest.raises(ValueError, match=r"tokens must hold at least one position, got shape"):
+        model(torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="model is in training mode"):
+        ModernScorer(model.train())
+    ModernScorer(model.eval())  # fine in eval mode
