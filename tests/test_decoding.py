@@ -417,3 +417,64 @@ def test_a_cache_for_another_kind_of_model_is_refused() -> None:
         model.decode(bos(1), memory, cache=KVCache(n_layers=2, cross=False))
     with pytest.raises(ValueError, match="with 2 layers for an encoder-decoder"):
         model.decode(bos(1), memory, cache=KVCache(n_layers=3, cross=True))
+
+
+# ------------------------------------------------------------------ #26 §3: found by using it
+
+
+def test_a_broadcast_source_mask_survives_reorder() -> None:
+    """A mask `(1, 1, 1, S)` (or `(S,)`) broadcasts over the batch; `reorder`, which greedy
+    calls when a row finishes first and beam search at every step, must still find each row's."""
+    model = tiny_model()
+    src = torch.randint(3, 12, (4, 6), generator=torch.Generator().manual_seed(1))  # no padding
+    keep, prefix = torch.tensor([1, 3]), torch.tensor([[BOS, 5], [BOS, 7]])
+    with evaluation(model):
+        scorer = Seq2SeqScorer(model, src)
+        scorer.next_logits(bos(4))
+        scorer.reorder(keep)  # rows 0 and 2 finished first
+        expected = scorer.next_logits(prefix)
+        for mask in (torch.ones(1, 1, 1, 6, dtype=torch.bool), torch.ones(6, dtype=torch.bool)):
+            scorer = Seq2SeqScorer(model, src, src_mask=mask)
+            scorer.next_logits(bos(4))
+            scorer.reorder(keep)
+            assert torch.equal(scorer.next_logits(prefix), expected)
+    broadcast = torch.ones(1, 1, 1, 6, dtype=torch.bool)
+    for beam in (1, 3):
+        assert translate(model, src, beam, max_len=8, src_mask=broadcast) == translate(
+            model, src, beam, max_len=8
+        )
+
+
+def test_a_source_mask_of_the_wrong_shape_is_refused_at_the_scorer() -> None:
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r"src_mask of shape \(3, 1, 1, 6\) does not broadcast"):
+        translate(model, sources(), src_mask=torch.ones(3, 1, 1, 6, dtype=torch.bool))
+
+
+def test_decoding_refuses_a_model_where_a_scorer_is_expected() -> None:
+    model = tiny_model()
+    for search in (
+        lambda s: greedy_search(s, bos(4), 8, EOS),
+        lambda s: beam_search(s, bos(4), 2, 8, EOS),
+        lambda s: sample(s, bos(4), 8, EOS),
+    ):
+        with pytest.raises(ValueError, match="scorer must have next_logits.*got Transformer"):
+            search(model)
+
+
+def test_a_filled_cross_attention_cache_refuses_another_memory() -> None:
+    """The cross-attention keys of one source must not answer for another of the same shape."""
+    model = tiny_model()
+    with torch.no_grad():
+        memory = model.encode(sources(batch=2, length=6))
+        other = model.encode(sources(batch=2, length=6, seed=2))
+        cache = model.init_cache()
+        model.decode(bos(2), memory, cache=cache)
+        model.decode(torch.full((2, 1), 5), memory.clone(), cache=cache)  # same values: fine
+        with pytest.raises(ValueError, match="cross-attention keys of another memory"):
+            model.decode(torch.full((2, 1), 5), other, cache=cache)
+        # reordered together, the memory and the cache still agree
+        cache.reorder(torch.tensor([1]))
+        model.decode(torch.full((1, 1), 5), memory[1:], cache=cache)
+        with pytest.raises(ValueError, match="cross-attention keys of another memory"):
+            model.decode(torch.full((1, 1), 5), memory[:1], cache=cache)

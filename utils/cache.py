@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import cast
 
+import torch
 from torch import Tensor
 
 from utils.checks import check_positive_int
@@ -35,7 +36,9 @@ class KVCache:
     """The cache of a decoder stack: one `AttentionCache` per attention block.
 
     `cross=True` for the encoder-decoder, `False` for the decoder-only model. `length` is the
-    position of the next token; `reorder(index)` follows beam search's re-ranking.
+    position of the next token; `reorder(index)` follows beam search's re-ranking. `memory` is
+    the encoder output `(B, S, d_model)` whose keys and values the cross-attention blocks hold
+    (kept so that `check` can refuse another one; not counted by `memory_bytes`).
     """
 
     def __init__(self, n_layers: int, cross: bool) -> None:
@@ -43,6 +46,7 @@ class KVCache:
         self.self_attn = [AttentionCache(static=False) for _ in range(n_layers)]
         self.cross_attn = [AttentionCache(static=True) for _ in range(n_layers)] if cross else []
         self.length = 0
+        self.memory: Tensor | None = None
 
     def blocks(self) -> list[AttentionCache]:
         """Every `AttentionCache` of the stack (self-attention first, then cross-attention)."""
@@ -68,11 +72,18 @@ class KVCache:
             if block.k is not None:
                 block.k = block.k.index_select(0, index)
                 block.v = cast(Tensor, block.v).index_select(0, index)
+        if self.memory is not None:  # the rows the memory's caller keeps, for `check`
+            self.memory = self.memory.index_select(0, index)
 
     def check(
-        self, batch_size: int, n_layers: int, cross: bool, memory_len: int | None = None
+        self, batch_size: int, n_layers: int, cross: bool, memory: Tensor | None = None
     ) -> None:
-        """`ValueError` unless this cache fits `n_layers` layers, `batch_size` and `memory_len`."""
+        """`ValueError` unless this cache fits `n_layers` layers, `batch_size` and `memory`.
+
+        Cross-attention keys and values are projected from the memory once: a filled cache
+        accepts only the memory it holds (the same tensor, or one equal to it, such as the
+        memory reordered with the cache), and an empty one records `memory` for later steps.
+        """
         if len(self.self_attn) != n_layers or bool(self.cross_attn) != cross:
             kind = "an encoder-decoder (cross=True)" if cross else "a decoder-only model"
             raise ValueError(
@@ -84,11 +95,27 @@ class KVCache:
                 f"{batch_size}; start a new cache (or reorder it) for another batch"
             )
         held = self.cross_attn[0].k if self.cross_attn else None
-        if memory_len is not None and held is not None and held.shape[2] != memory_len:
+        if memory is None or not self.cross_attn:
+            return
+        if held is None:  # nothing projected yet: this memory is the one the cache will hold
+            self.memory = memory
+            return
+        if held.shape[2] != memory.shape[1]:
             raise ValueError(
                 f"this cache holds cross-attention keys of a memory of {held.shape[2]} "
-                f"positions, but the memory has {memory_len}; start a new cache for a new source"
+                f"positions, but the memory has {memory.shape[1]}; start a new cache for a new "
+                "source"
             )
+        if memory is self.memory:  # the usual case: no comparison of values
+            return
+        # another tensor (e.g. the caller reordered its memory): same values, or refused
+        if self.memory is not None and not torch.equal(memory, self.memory):
+            raise ValueError(
+                "this cache holds the cross-attention keys of another memory (the encoder output "
+                f"it was filled from differs from the memory {tuple(memory.shape)} passed now); "
+                "start a new cache (init_cache()) for a new source"
+            )
+        self.memory = memory
 
     def memory_bytes(self) -> int:
         """Bytes held by the cached keys and values."""

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.checks import (
+    check_mask,
     check_positive_float,
     check_positive_int,
     check_token_ids,
@@ -77,6 +78,18 @@ def evaluation(model: nn.Module) -> Iterator[None]:
         model.train(was_training)
 
 
+def _batch_mask(src_mask: Tensor, src: Tensor, n_heads: int) -> Tensor:
+    """`src_mask`, broadcastable to the decoder's scores `(B, h, 1, S)`, as `(B, ·, 1, S)`.
+
+    `reorder` picks batch rows of the mask with the memory's: a mask that broadcasts over the
+    batch (`(1, 1, 1, S)`, `(S,)`) has no row 1, so its batch dim is expanded (a view, no copy).
+    """
+    batch, length = src.shape
+    check_mask(src_mask, (batch, n_heads, 1, length), "src_mask")  # one mask for every step
+    mask = src_mask.reshape((1,) * (4 - src_mask.dim()) + tuple(src_mask.shape))
+    return mask.expand(batch, *mask.shape[1:])
+
+
 class Seq2SeqScorer:
     """Next-token logits of an encoder-decoder `Transformer` for a batch of sources.
 
@@ -112,7 +125,11 @@ class Seq2SeqScorer:
                 f"{model.config.max_len} (its positional table)"
             )
         self.model = model
-        self.src_mask = model.make_src_mask(src) if src_mask is None else src_mask
+        self.src_mask = (
+            model.make_src_mask(src)
+            if src_mask is None
+            else _batch_mask(src_mask, src, model.config.n_heads)
+        )
         self.memory = model.encode(src, self.src_mask)
         self.cache = model.init_cache() if use_cache else None
         self.max_positions = model.config.max_len
@@ -136,6 +153,12 @@ class Seq2SeqScorer:
 
 
 def _check_prefix(prefix: Tensor, max_len: int, scorer: Scorer) -> None:
+    if not all(callable(getattr(scorer, name, None)) for name in ("next_logits", "reorder")):
+        raise ValueError(
+            "scorer must have next_logits(prefix) and reorder(index) (a Scorer: wrap a model in "
+            "Seq2SeqScorer, utils.gpt.LMScorer or utils.modern.ModernScorer), got "
+            f"{type(scorer).__name__}"
+        )
     check_token_ids(prefix, "prefix")
     if prefix.shape[1] == 0:
         raise ValueError("prefix must hold at least one token (e.g. <bos>)")

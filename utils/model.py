@@ -272,7 +272,7 @@ class Decoder(nn.Module):
         if cache is not None:
             if not isinstance(cache, KVCache):
                 raise ValueError(f"cache must be a KVCache, got {cache!r}")
-            cache.check(batch, len(self.layers), cross=True, memory_len=memory.shape[1])
+            cache.check(batch, len(self.layers), cross=True, memory=memory)
             cached = cache.length
         if tgt_mask is not None:
             check_mask(tgt_mask, (batch, self.n_heads, length, cached + length))
