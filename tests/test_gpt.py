@@ -90,3 +90,22 @@ def test_bad_input() -> None:
         GPTConfig(vocab_size=5, d_model=9, n_heads=3, positional="sinusoidal")
     with pytest.raises(ValueError, match="fused must be a bool, got 1"):
         GPTConfig(vocab_size=5, d_model=8, n_heads=2, fused=1)
+
+
+def test_wrong_models_empty_tokens_and_training_mode_are_refused() -> None:
+    """Found by using it (#26 §3): each a `ValueError` that names what was expected."""
+    from utils.decoding import greedy_search
+    from utils.model import Transformer, TransformerConfig
+
+    transformer = Transformer(TransformerConfig(11, 11, d_model=16, n_heads=2, d_ff=32))
+    prompt = torch.ones(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="model must be a utils.gpt.GPT, got Transformer"):
+        generate(transformer, prompt, 3)  # type: ignore[arg-type]
+    model = tiny_gpt()
+    with pytest.raises(ValueError, match="scorer must have next_logits.*got GPT"):
+        greedy_search(model, prompt, 5, eos_id=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"tokens must hold at least one position, got shape"):
+        model(torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="model is in training mode"):
+        LMScorer(model.train())
+    LMScorer(model.eval())  # fine in eval mode

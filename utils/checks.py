@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 __all__ = [
     "check_positive_int",
@@ -26,6 +26,7 @@ __all__ = [
     "check_bool_mask",
     "check_mask",
     "check_head_dims",
+    "check_eval_mode",
 ]
 
 
@@ -174,3 +175,12 @@ def check_head_dims(
         )
     default = d_model // n_heads
     return (default if d_k is None else d_k), (default if d_v is None else d_v)  # type: ignore[return-value]
+
+
+def check_eval_mode(model: nn.Module) -> None:
+    """`ValueError` if `model` is in training mode: the decoding scorers need eval mode."""
+    if model.training:  # dropout would make each step random, and cached != recomputed
+        raise ValueError(
+            "model is in training mode (dropout on); call model.eval() or build the scorer "
+            "inside `with evaluation(model):`"
+        )

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.checks import (
+    check_eval_mode,
     check_mask,
     check_positive_float,
     check_positive_int,
@@ -110,11 +111,7 @@ class Seq2SeqScorer:
     ) -> None:
         if not isinstance(model, Transformer):
             raise ValueError(f"model must be a utils.model.Transformer, got {type(model).__name__}")
-        if model.training:  # dropout would make each step random, and cached != recomputed
-            raise ValueError(
-                "model is in training mode (dropout on); call model.eval() or build the scorer "
-                "inside `with evaluation(model):`"
-            )
+        check_eval_mode(model)
         check_token_ids(src, "src")
         if src.shape[1] == 0:
             raise ValueError(f"src must hold at least one token per row, got {tuple(src.shape)}")

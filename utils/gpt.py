@@ -18,6 +18,7 @@ from utils.cache import KVCache
 from utils.checks import (
     check_bool,
     check_dropout,
+    check_eval_mode,
     check_head_dims,
     check_positive_float,
     check_positive_int,
@@ -138,6 +139,10 @@ class GPT(nn.Module):
             raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
         offset = 0 if cache is None else cache.length
         check_tokens(tokens, self.config.vocab_size, self.config.max_len, offset=offset)
+        if tokens.shape[1] == 0:
+            raise ValueError(
+                f"tokens must hold at least one position, got shape {tuple(tokens.shape)}"
+            )
         if cache is not None:
             cache.check(tokens.shape[0], len(self.layers), cross=False)
         x = self.embed(tokens, offset=offset)
@@ -163,6 +168,7 @@ class LMScorer:
     def __init__(self, model: GPT, use_cache: bool = True) -> None:
         if not isinstance(model, GPT):
             raise ValueError(f"model must be a utils.gpt.GPT, got {type(model).__name__}")
+        check_eval_mode(model)
         self.model = model
         self.use_cache = use_cache
         self.max_positions = model.config.max_len
@@ -205,6 +211,8 @@ def generate(
 
     Sampling (temperature, top-k, top-p; a seeded `rng` reproduces it) or greedy.
     """
+    if not isinstance(model, GPT):  # before reading model.config
+        raise ValueError(f"model must be a utils.gpt.GPT, got {type(model).__name__}")
     check_token_ids(prompt, "prompt")
     check_positive_int("max_new_tokens", max_new_tokens)
     if prompt.shape[1] == 0:

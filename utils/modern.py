@@ -22,6 +22,7 @@ from utils.attention import scaled_dot_product_attention
 from utils.cache import AttentionCache, KVCache
 from utils.checks import (
     check_bool,
+    check_eval_mode,
     check_positive_float,
     check_positive_int,
     check_token_ids,
@@ -451,6 +452,10 @@ class ModernLM(nn.Module):
             raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
         offset = 0 if cache is None else cache.length
         check_tokens(tokens, self.config.vocab_size, self.config.max_len, offset=offset)
+        if tokens.shape[1] == 0:
+            raise ValueError(
+                f"tokens must hold at least one position, got shape {tuple(tokens.shape)}"
+            )
         if cache is not None:
             cache.check(tokens.shape[0], len(self.layers), cross=False)
         x = self.embed(tokens)
@@ -471,6 +476,7 @@ class ModernScorer:
     def __init__(self, model: ModernLM, use_cache: bool = True) -> None:
         if not isinstance(model, ModernLM):
             raise ValueError(f"model must be a utils.modern.ModernLM, got {type(model).__name__}")
+        check_eval_mode(model)
         self.model = model
         self.max_positions = model.config.max_len
         self.cache = model.init_cache() if use_cache else None
@@ -500,6 +506,8 @@ def generate(
 
     As `utils.gpt.generate`; the whole sequence must fit in `max_len` positions.
     """
+    if not isinstance(model, ModernLM):  # before reading model.config
+        raise ValueError(f"model must be a utils.modern.ModernLM, got {type(model).__name__}")
     check_token_ids(prompt, "prompt")
     check_positive_int("max_new_tokens", max_new_tokens)
     if prompt.shape[1] == 0:
