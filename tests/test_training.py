@@ -440,7 +440,10 @@ def test_train_clips_the_gradient_norm():
     assert abs(model.w.item() - before) == pytest.approx(0.5)  # the gradient was 18
 
 
-def test_train_syncs_with_the_device_only_at_log_steps(monkeypatch):
+@pytest.mark.parametrize("accumulate", [1, 2, 3])
+def test_train_syncs_with_the_device_only_at_log_steps(monkeypatch, accumulate: int):
+    """One `.item()` per log entry, also when batches with token counts are accumulated
+    (their weights are computed on the CPU in one process)."""
     calls = []
     item = torch.Tensor.item
 
@@ -451,16 +454,18 @@ def test_train_syncs_with_the_device_only_at_log_steps(monkeypatch):
     monkeypatch.setattr(torch.Tensor, "item", counting_item)
     model = Counter()
     sgd = torch.optim.SGD(model.parameters(), lr=1e-3)
-    train(
+    history = train(
         model,
-        itertools.repeat(torch.ones(1)),
-        square_loss,
+        itertools.repeat((torch.ones(1), torch.ones(2))),  # (x, y): 2 target tokens each
+        lambda m, batch: square_loss(m, batch[0]),
         sgd,
         steps=30,
         log_every=10,
         progress=False,
         device="cpu",
+        accumulate=accumulate,
     )
+    assert history.steps_done == 30 and len(model.modes) == 30 * accumulate
     assert len(calls) == 3
 
 

@@ -381,9 +381,10 @@ def _token_weights(counts: list[int], device: torch.device) -> list[float]:
                 "equal weights would average per-worker means, not tokens"
             )
         return [1.0 / len(counts)] * len(counts)
+    if world == 1:  # counted on the CPU: no device tensor, no sync (train's docstring)
+        return [c / float(sum(counts)) for c in counts]
     total = torch.tensor(float(sum(counts)), dtype=torch.float64, device=device)
-    if world > 1:
-        dist.all_reduce(total)
+    dist.all_reduce(total)
     n = total.item()
     return [c * world / n for c in counts]
 
