@@ -2,9 +2,9 @@
 
 Every `check_*` / `_check_*` function of every `utils` module (and every such method of its
 classes) is wrapped to count its calls (outermost only: a check that calls another counts
-once). One forward of a 2+2-layer Transformer and of a 2-layer GPT must stay under a small
-bound, and the count must not grow with the number of layers: the layers, attention blocks
-and sublayers inside trust the checks made at the door.
+once). One forward of a 2+2-layer Transformer, of a 2-layer GPT and of a 2-layer ModernLM must
+stay under a small bound, and the count must not grow with the number of layers: the layers,
+attention blocks and sublayers inside trust the checks made at the door.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import torch
 import utils
 from utils.gpt import GPT, GPTConfig
 from utils.model import Transformer, TransformerConfig
+from utils.modern import ModernConfig, ModernLM
 
 
 def _count_checks(monkeypatch: pytest.MonkeyPatch) -> Counter:
@@ -90,3 +91,27 @@ def test_one_gpt_forward_runs_few_checks(monkeypatch, fused: bool, cached: bool)
     # one: 2 or 3 (52 before, 53 on the fast path)
     assert 0 < sum(calls.values()) <= 2 + cached, calls
     assert _gpt_checks(monkeypatch, 5, fused, cached) == calls
+
+
+def _modern_checks(
+    monkeypatch: pytest.MonkeyPatch, n_layers: int, fused: bool, cached: bool
+) -> Counter:
+    config = ModernConfig(20, d_model=16, n_heads=4, n_kv_heads=2, n_layers=n_layers, max_len=16)
+    model = ModernLM(config.replace(fused=fused))
+    tokens = torch.randint(0, 20, (2, 9))
+    cache = model.init_cache() if cached else None
+    with monkeypatch.context() as patch:
+        calls = _count_checks(patch)
+        model(tokens, cache=cache)
+    return calls
+
+
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("fused", [False, True])
+def test_one_modern_forward_runs_few_checks(monkeypatch, fused: bool, cached: bool) -> None:
+    calls = _modern_checks(monkeypatch, 2, fused, cached)
+    # as GPT: the tokens, the causal mask's size and the cache's fit if there is one (10 at
+    # 2 layers and 22 at 6 on the readable path before #26 §3: 3 per layer, and the token
+    # embedding checked the ids again)
+    assert 0 < sum(calls.values()) <= 2 + cached, calls
+    assert _modern_checks(monkeypatch, 6, fused, cached) == calls

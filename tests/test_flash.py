@@ -3,6 +3,8 @@ forward and backward, with and without masks, for block sizes that do not divide
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -108,10 +110,10 @@ def test_bad_options(kwargs, message) -> None:
 @pytest.mark.parametrize(
     ("shapes", "message"),
     [
-        (((2, 5, 4), (2, 6, 3), (2, 6, 3)), "query .*key .*value"),  # d_k differs
-        (((2, 5, 4), (2, 6, 4), (2, 7, 3)), "query .*key .*value"),  # n_k differs
+        (((2, 5, 4), (2, 6, 3), (2, 6, 3)), "query and key must have the same last dim d_k"),
+        (((2, 5, 4), (2, 6, 4), (2, 7, 3)), "key and value must have the same length"),
         (((2, 5, 4), (3, 6, 4), (3, 6, 3)), "leading"),
-        (((5,), (6, 4), (6, 3)), "floating-point tensor"),
+        (((5,), (6, 4), (6, 3)), "at least 2 dims"),
     ],
 )
 def test_mismatched_shapes(shapes, message) -> None:
@@ -126,5 +128,24 @@ def test_dtype_and_type_errors() -> None:
         flash_attention(q, q.double(), q)
     with pytest.raises(ValueError, match="floating-point"):
         flash_attention(q, q.long(), q)
-    with pytest.raises(ValueError, match="floating-point"):
+    with pytest.raises(ValueError, match="query must be a torch.Tensor, got list"):
         flash_attention(q.tolist(), q, q)  # type: ignore[arg-type]
+
+
+def test_flash_and_the_books_attention_refuse_bad_inputs_in_the_same_words() -> None:
+    """One check of query, key and value (`utils.checks.check_qkv`), not two copies (#26 §3)."""
+    q = torch.randn(2, 5, 4)
+    bad = [
+        (q, torch.randn(2, 6, 3), torch.randn(2, 6, 3)),  # d_k differs
+        (q, torch.randn(2, 6, 4), torch.randn(2, 7, 3)),  # n_k differs
+        (q, torch.randn(3, 6, 4), torch.randn(3, 6, 3)),  # leading dims differ
+        (torch.randn(5), torch.randn(6, 4), torch.randn(6, 3)),  # 1-D query
+        (q, q.double(), q),
+        (q, q.long(), q),
+        (q.tolist(), q, q),
+    ]
+    for query, key, value in bad:
+        with pytest.raises(ValueError) as ours:
+            scaled_dot_product_attention(query, key, value)
+        with pytest.raises(ValueError, match=re.escape(str(ours.value))):
+            flash_attention(query, key, value)

@@ -19,47 +19,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from utils.cache import AttentionCache
-from utils.checks import check_dropout, check_head_dims, check_mask
+from utils.checks import check_dropout, check_head_dims, check_mask, check_qkv
 
 __all__ = [
     "scaled_dot_product_attention",
+    "unchecked_attention",
     "split_heads",
     "merge_heads",
     "MultiHeadAttention",
 ]
-
-
-def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
-    """Shape and dtype checks of `scaled_dot_product_attention`'s inputs."""
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dims (..., seq, features), got shape {tuple(t.shape)}"
-            )
-        if not t.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
-    if not query.dtype == key.dtype == value.dtype:
-        raise ValueError(
-            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, "
-            f"{value.dtype}"
-        )
-    if query.shape[-1] != key.shape[-1]:
-        raise ValueError(
-            f"query and key must have the same last dim d_k, got query {tuple(query.shape)} "
-            f"and key {tuple(key.shape)}"
-        )
-    if key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            f"key and value must have the same length (dim -2), got key {tuple(key.shape)} "
-            f"and value {tuple(value.shape)}"
-        )
-    if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
-        raise ValueError(
-            f"query, key and value must have the same leading (batch, heads) dims, got "
-            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}"
-        )
 
 
 def scaled_dot_product_attention(
@@ -89,17 +57,18 @@ def scaled_dot_product_attention(
     no distribution to normalise; we define its weights as all 0 and so its output as 0.
     No NaN appears in the forward or the backward pass.
     """
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     dropout_p = check_dropout(dropout_p, "dropout_p")
     if mask is not None:
         check_mask(mask, (*query.shape[:-1], key.shape[-2]))
-    return _attention(query, key, value, mask, dropout_p)
+    return unchecked_attention(query, key, value, mask, dropout_p)
 
 
-def _attention(
-    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float
+def unchecked_attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, dropout_p: float = 0.0
 ) -> tuple[Tensor, Tensor]:
-    """`scaled_dot_product_attention` without the checks, for callers that made them."""
+    """`scaled_dot_product_attention` without the checks, for callers that made them at their
+    door (the model stacks, `utils.modern.ModernLM`): shapes and returns as there."""
     d_k = query.shape[-1]
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., q, k)
     if mask is not None:
@@ -182,7 +151,7 @@ class MultiHeadAttention(nn.Module):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """Attention over the heads `q, k, v`, then merge and `w_o` -> `(B, T, d_model)`."""
-        out, weights = _attention(q, k, v, mask, self.dropout if self.training else 0.0)
+        out, weights = unchecked_attention(q, k, v, mask, self.dropout if self.training else 0.0)
         self.attn_weights = weights.detach() if self.need_weights else None
         return self.w_o(merge_heads(out))
 

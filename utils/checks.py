@@ -26,6 +26,7 @@ __all__ = [
     "check_bool_mask",
     "check_mask",
     "check_head_dims",
+    "check_qkv",
     "check_eval_mode",
 ]
 
@@ -157,6 +158,40 @@ def check_mask(mask: object, scores_shape: Sequence[int] | torch.Size, name: str
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the attention scores of "
             f"shape {tuple(scores_shape)} (queries, keys last); expected each mask dim to "
             f"equal the scores' dim or be 1"
+        )
+
+
+def check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    """`ValueError` unless query `(..., q, d_k)`, key `(..., k, d_k)` and value `(..., k, d_v)`
+    are floating-point tensors of one dtype with the same leading dims (attention's inputs)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(
+                f"{name} must have at least 2 dims (..., seq, features), got shape {tuple(t.shape)}"
+            )
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not query.dtype == key.dtype == value.dtype:
+        raise ValueError(
+            f"query, key and value must share a dtype, got {query.dtype}, {key.dtype}, "
+            f"{value.dtype}"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise ValueError(
+            f"query and key must have the same last dim d_k, got query {tuple(query.shape)} "
+            f"and key {tuple(key.shape)}"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise ValueError(
+            f"key and value must have the same length (dim -2), got key {tuple(key.shape)} "
+            f"and value {tuple(value.shape)}"
+        )
+    if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+        raise ValueError(
+            f"query, key and value must have the same leading (batch, heads) dims, got "
+            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}"
         )
 
 

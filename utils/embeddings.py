@@ -72,9 +72,10 @@ class TokenEmbedding(nn.Module):
         """
         check_token_ids(tokens)
         check_token_range(tokens, self.vocab_size)
-        return self._lookup(tokens)
+        return self.lookup(tokens)
 
-    def _lookup(self, tokens: Tensor) -> Tensor:
+    def lookup(self, tokens: Tensor) -> Tensor:
+        """`forward` without the checks, for models that checked the ids at their door."""
         x = F.embedding(tokens, self.weight, padding_idx=self.padding_idx)
         return x * math.sqrt(self.d_model) if self.scale else x
 
@@ -219,4 +220,4 @@ class InputEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """`tokens (B, S)` at positions `offset .. offset+S-1` -> `(B, S, d_model)`."""
-        return self.position._add(self.token._lookup(tokens), offset)
+        return self.position._add(self.token.lookup(tokens), offset)

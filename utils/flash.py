@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from utils.checks import check_bool, check_mask, check_positive_int
+from utils.checks import check_bool, check_mask, check_positive_int, check_qkv
 
 __all__ = ["flash_attention", "flash_forward", "flash_backward", "FlashAttention"]
 
@@ -193,27 +193,7 @@ def flash_attention(
         `(..., n_q, d_v)`, differentiable in query, key and value (backward by
         `flash_backward`). The weights are not returned: they never exist as one tensor.
     """
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, Tensor) or t.dim() < 2 or not t.is_floating_point():
-            got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-            raise ValueError(
-                f"{name} must be a floating-point tensor (..., seq, features), got {got}"
-            )
-    if not query.dtype == key.dtype == value.dtype:
-        raise ValueError(
-            "query, key and value must share a dtype, got "
-            f"{query.dtype}, {key.dtype}, {value.dtype}"
-        )
-    if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
-        raise ValueError(
-            "expected query (..., n_q, d_k), key (..., n_k, d_k), value (..., n_k, d_v), got "
-            f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
-        )
-    if not query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
-        raise ValueError(
-            "query, key and value must have the same leading (batch, heads) dims, got "
-            f"{tuple(query.shape[:-2])}, {tuple(key.shape[:-2])}, {tuple(value.shape[:-2])}"
-        )
+    check_qkv(query, key, value)  # the words of utils.attention's checks
     check_bool("causal", causal)
     check_positive_int("block_q", block_q)
     check_positive_int("block_k", block_k)

@@ -3,8 +3,9 @@
 
 Shapes follow the book: tokens `(B, T)`, activations `(B, T, d_model)`, heads
 `(B, heads, T, d_head)`; masks are boolean, `True` = may attend. The attention core is the
-book's (`utils.attention.scaled_dot_product_attention`), the cache is notebook 11's
-(`utils.cache.KVCache`), the initialisation is the book's (`utils.layers.init_weights_`).
+book's (`utils.attention.scaled_dot_product_attention`, without its checks: `ModernLM` checks
+its tokens once, at the door), the cache is notebook 11's (`utils.cache.KVCache`), the
+initialisation is the book's (`utils.layers.init_weights_`).
 `utils.llama` maps the weights of Hugging Face's `LlamaForCausalLM` into `ModernLM`.
 """
 
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.attention import scaled_dot_product_attention
+from utils.attention import unchecked_attention
 from utils.cache import AttentionCache, KVCache
 from utils.checks import (
     check_bool,
@@ -246,7 +247,8 @@ class GroupedQueryAttention(nn.Module):
     cache keeps the `n_kv_heads` rotated keys and values, not the repeated ones: that is
     the memory GQA saves. x `(B, T, d_model)` -> `(B, T, d_model)`. `fused=True` computes
     the same attention with `F.scaled_dot_product_attention(..., enable_gqa=True)` (speed
-    only; a mask with a fully masked row is not supported there).
+    only; a mask with a fully masked row is not supported there). Inputs are not checked
+    here, as in `utils.attention.MultiHeadAttention`: `ModernLM` checks at its door.
     """
 
     def __init__(
@@ -302,7 +304,8 @@ class GroupedQueryAttention(nn.Module):
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         else:
             k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)
-            out, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, n_heads, T, d_head)
+            # the book's attention; ModernLM checked tokens and built the mask at its door
+            out, _ = unchecked_attention(q, k, v, mask)  # (B, n_heads, T, d_head)
         batch, _, length, _ = out.shape
         return self.w_o(out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head))
 
@@ -458,7 +461,7 @@ class ModernLM(nn.Module):
             )
         if cache is not None:
             cache.check(tokens.shape[0], len(self.layers), cross=False)
-        x = self.embed(tokens)
+        x = self.embed.lookup(tokens)  # the ids were checked above
         mask = causal_mask(tokens.shape[1], device=tokens.device, offset=offset)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, None if cache is None else cache.self_attn[i], offset)
