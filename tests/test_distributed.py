@@ -191,6 +191,36 @@ def test_train_under_ddp_equals_one_process_accumulating_the_same_batches():
             assert losses == pytest.approx(history.loss, abs=1e-6)  # logged in float32
 
 
+def _fail_on_rank_1(rank: int, world: int) -> None:
+    """Run in a spawned process: rank 1 raises while rank 0 waits for it in a collective.
+
+    Rank 1's process then takes 2 s to exit (an `atexit` hook, like a logger flushing): rank 0,
+    whose barrier breaks when rank 1 leaves the group, exits first, so a launcher that reports
+    the first process to *exit* would show rank 0's gloo error instead of rank 1's.
+    """
+    import atexit
+    import time
+
+    import torch.distributed as dist
+
+    if rank == 1:
+        atexit.register(time.sleep, 2.0)
+        raise ValueError("rank 1 failed on purpose")
+    dist.barrier()
+
+
+@needs_gloo
+@pytest.mark.slow
+def test_launch_reports_the_worker_that_failed_first_with_its_traceback():
+    with pytest.raises(torch.multiprocessing.ProcessRaisedException) as failure:
+        launch(_fail_on_rank_1, WORLD, timeout_s=60)
+    message = str(failure.value)
+    assert "Process 1 terminated with the following error" in message, message
+    assert "ValueError: rank 1 failed on purpose" in message, message
+    assert "in _fail_on_rank_1" in message and "Connection closed" not in message, message
+    assert failure.value.error_index == 1
+
+
 # --------------------------------------------------------------------------------------------
 # the loss outside a process group; the sampler
 # --------------------------------------------------------------------------------------------

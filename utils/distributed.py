@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import socket
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,14 +134,38 @@ def _worker(
     out_dir: str,
     args: tuple,
 ) -> None:
-    """One spawned process: join the group, run `fn(rank, world, *args)`, save its result."""
+    """One spawned process: join the group, run `fn(rank, world, *args)`, save its result.
+
+    A failure is written to `<rank>.error` (when, and the traceback) *before* this worker leaves
+    the group: the others, waiting in a collective, fail only once it has left, so the earliest
+    record is the cause and theirs ("Connection closed by peer") are consequences.
+    """
     torch.set_num_threads(1)  # P processes on P cores: one thread each
     init_local_group(local_rank, world, port, timeout_s)
     try:
         result = fn(local_rank, world, *args)
         torch.save(result, Path(out_dir) / f"{local_rank}.pt")
+    except Exception:
+        failed_at = time.time()  # one clock for every process of this machine
+        record = {"time": failed_at, "traceback": traceback.format_exc()}
+        (Path(out_dir) / f"{local_rank}.error").write_text(json.dumps(record))
+        raise
     finally:
         destroy_group()
+
+
+def _first_failure(out_dir: str, world: int) -> tuple[int, str] | None:
+    """The rank whose failure `_worker` recorded first, and its traceback; None if none did."""
+    records = []
+    for r in range(world):
+        path = Path(out_dir) / f"{r}.error"
+        if path.exists():
+            record = json.loads(path.read_text())
+            records.append((record["time"], r, record["traceback"]))
+    if not records:
+        return None
+    _, first, trace = min(records)
+    return first, trace
 
 
 def launch(
@@ -150,7 +176,8 @@ def launch(
 
     `fn` must be importable (a module-level function, not one defined in a notebook cell):
     the processes are spawned, not forked, so they start clean. A worker that fails raises
-    `torch.multiprocessing.ProcessRaisedException` here (its traceback in the message); a run
+    `torch.multiprocessing.ProcessRaisedException` here, with the traceback of the worker that
+    failed first (not of one that then lost its connection to it in a collective); a run
     longer than `timeout_s` ends every worker and raises `RuntimeError`.
     """
     if not callable(fn):
@@ -172,6 +199,16 @@ def launch(
             while not context.join(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
                 if time.monotonic() >= deadline:
                     raise RuntimeError(f"the {world_size} workers ran past {timeout_s} s")
+        except mp.ProcessRaisedException as failure:
+            # join reports the first process to *exit*, often a bystander whose collective
+            # broke when the failing worker left: report the first to fail instead
+            first = _first_failure(out_dir, world_size)
+            if first is None or first[0] == failure.error_index:
+                raise
+            rank_, trace = first
+            message = f"\n\n-- Process {rank_:d} terminated with the following error:\n{trace}"
+            pid = context.processes[rank_].pid
+            raise mp.ProcessRaisedException(message, rank_, pid) from None
         finally:
             for p in context.processes:
                 if p.is_alive():
