@@ -4,9 +4,11 @@
 matrix of scores: it walks over blocks of queries and, for each, over blocks of keys, keeping
 per query row a running maximum `m`, a running sum `l` of exponentials and an unnormalised
 output, rescaled by `exp(m_old - m_new)` whenever the maximum grows (Milakov & Gimelshein
-2018; Dao et al. 2022). The backward pass (FlashAttention-2, Dao 2023) recomputes each block
-of scores from the saved row log-sum-exp `L = m + log l`, so training memory is linear in the
-sequence length too: `P = exp(S - L)`, `D = rowsum(dO ∘ O)`, `dS = P ∘ (dP - D)`.
+2018; Dao et al. 2022). The backward pass recomputes each block of scores instead of saving
+the weights, as FlashAttention's does (Dao et al. 2022), from the saved row log-sum-exp
+`lse = m + log l` alone, as FlashAttention-2 saves it (Dao 2023), so training memory is linear
+in the sequence length too: `p = exp(s - lse)`, `D = rowsum(dO ∘ O)`, `ds = p ∘ (dp - D)`
+(`s` and `p` are a tile of scores and weights: FlashAttention's S and P, notebook 14's Z and A).
 
 Plain PyTorch, written to be read next to its derivation: the block loops run in Python, so
 it is slower than a fused kernel (`F.scaled_dot_product_attention`); what it shows is the

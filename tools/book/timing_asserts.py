@@ -46,7 +46,7 @@ CLOCKS = frozenset(
 )
 # A word in a name, attribute or string key that says the value is a time or a speed.
 _TIMED_WORD = re.compile(
-    r"(?:^|[_\s])(?:seconds?|secs?|elapsed|speedups?|speed|wall|timings?|timed|time|times|"
+    r"(?:^|[_\s])(?:seconds|secs|elapsed|speedups?|speed|wall|timings?|timed|time|times|"
     r"per_s|tokens_per_s|throughput|latency)(?:$|[_\s\d])",
     re.IGNORECASE,
 )
