@@ -178,8 +178,8 @@ class RotaryEmbedding(nn.Module):
 def swiglu_hidden(d_ff: int, multiple_of: int = 1) -> int:
     """The SwiGLU width with about the parameters of a ReLU FFN of width `d_ff`.
 
-    A ReLU FFN has two matrices d_model × d_ff; SwiGLU has three d_model × h, so
-    h = 2/3 · d_ff, truncated to an integer and then rounded *up* to a multiple of
+    A ReLU FFN has two matrices d_model × d_ff; SwiGLU has three d_model × d_ff', so
+    d_ff' = 2/3 · d_ff, truncated to an integer and then rounded *up* to a multiple of
     `multiple_of` -- Llama's rule (`multiple_of=256`: 4 · 4096 -> 11008, 4 · 5120 -> 13824).
     """
     check_positive_int("d_ff", d_ff)
