@@ -60,17 +60,21 @@ def _transformer_checks(monkeypatch: pytest.MonkeyPatch, n_layers: int, fused: b
     return calls
 
 
-def _gpt_checks(
-    monkeypatch: pytest.MonkeyPatch, n_layers: int, fused: bool, cached: bool
-) -> Counter:
-    config = GPTConfig(20, d_model=16, n_heads=2, d_ff=32, n_layers=n_layers, max_len=16)
-    model = GPT(config.replace(fused=fused))
+def _lm_checks(monkeypatch: pytest.MonkeyPatch, model: GPT | ModernLM, cached: bool) -> Counter:
+    """The checks one forward of a decoder-only model (GPT or ModernLM) runs."""
     tokens = torch.randint(0, 20, (2, 9))
     cache = model.init_cache() if cached else None
     with monkeypatch.context() as patch:
         calls = _count_checks(patch)
         model(tokens, cache=cache)
     return calls
+
+
+def _gpt_checks(
+    monkeypatch: pytest.MonkeyPatch, n_layers: int, fused: bool, cached: bool
+) -> Counter:
+    config = GPTConfig(20, d_model=16, n_heads=2, d_ff=32, n_layers=n_layers, max_len=16)
+    return _lm_checks(monkeypatch, GPT(config.replace(fused=fused)), cached)
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -97,13 +101,7 @@ def _modern_checks(
     monkeypatch: pytest.MonkeyPatch, n_layers: int, fused: bool, cached: bool
 ) -> Counter:
     config = ModernConfig(20, d_model=16, n_heads=4, n_kv_heads=2, n_layers=n_layers, max_len=16)
-    model = ModernLM(config.replace(fused=fused))
-    tokens = torch.randint(0, 20, (2, 9))
-    cache = model.init_cache() if cached else None
-    with monkeypatch.context() as patch:
-        calls = _count_checks(patch)
-        model(tokens, cache=cache)
-    return calls
+    return _lm_checks(monkeypatch, ModernLM(config.replace(fused=fused)), cached)
 
 
 @pytest.mark.parametrize("cached", [False, True])
