@@ -5,6 +5,7 @@ it instead of retyping it. Imports only point backwards in the reading order:
 
 - `env`          reproducible set-up (`setup`, `get_device`, `fmt`)    -- notebook 00
 - `checks`       argument checks shared by every module (one wording per mistake)
+- `checkpoint`   one format to save and load every model: config.json + safetensors weights
 - `vocab`        the special token ids and the word-level vocabulary   -- notebook 01
 - `plotting`     heatmaps of attention, masks and positional encodings -- every notebook
 - `diagrams`     the architecture figure drawn with matplotlib         -- notebook 00

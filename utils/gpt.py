@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from utils.cache import KVCache
+from utils.checkpoint import Pretrained
 from utils.checks import (
     check_bool,
     check_dropout,
@@ -79,12 +80,16 @@ class GPTConfig:
         return dataclasses.replace(self, **changes)
 
 
-class GPT(nn.Module):
+class GPT(Pretrained, nn.Module):
     """Decoder-only Transformer: `forward(tokens (B, T), cache=None)` -> logits `(B, T, V)`.
 
     `layers` are `EncoderLayer`s under a causal mask; `norm` is the final pre-norm LayerNorm.
     Biases start at 0 (GPT-2's convention), unlike the encoder-decoder's.
     """
+
+    kind = "gpt"  # in config.json (utils.checkpoint)
+    config_class = GPTConfig
+    runtime_fields = ("fused",)  # the attention kernel: chosen when loading, not saved
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()

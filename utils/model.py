@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from utils.cache import KVCache
+from utils.checkpoint import Pretrained
 from utils.checks import (
     check_bool,
     check_dropout,
@@ -327,7 +328,7 @@ def make_embedding(config: TransformerConfig, vocab_size: int) -> InputEmbedding
     return _embedding(config, vocab_size)
 
 
-class Transformer(nn.Module):
+class Transformer(Pretrained, nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need" (figure 1).
 
     `forward(src, tgt)` = `generator(decode(tgt, encode(src)))`; masks default to padding
@@ -340,6 +341,10 @@ class Transformer(nn.Module):
     src `(batch, S)`, tgt `(batch, T)` ids; src_mask usually `(batch, 1, 1, S)`, tgt_mask
     `(batch, 1, T, T)` or `(T, T)` -> logits `(batch, T, tgt_vocab_size)`.
     """
+
+    kind = "transformer"  # in config.json (utils.checkpoint)
+    config_class = TransformerConfig
+    runtime_fields = ("fused",)  # the attention kernel: chosen when loading, not saved
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from utils.attention import unchecked_attention
 from utils.cache import AttentionCache, KVCache
+from utils.checkpoint import Pretrained
 from utils.checks import (
     check_bool,
     check_eval_mode,
@@ -417,12 +418,16 @@ class ModernBlock(nn.Module):
         return x + self.ffn(self.ffn_norm(x))
 
 
-class ModernLM(nn.Module):
+class ModernLM(Pretrained, nn.Module):
     """A Llama-style decoder-only model: `forward(tokens (B, T), cache=None)` -> `(B, T, V)`.
 
     Token embedding (not scaled, no position table: rotary positions act inside attention),
     `n_layers` `ModernBlock`s, a final RMSNorm, and an output layer without bias.
     """
+
+    kind = "modern"  # in config.json (utils.checkpoint)
+    config_class = ModernConfig
+    runtime_fields = ("fused",)  # the attention kernel: chosen when loading, not saved
 
     def __init__(self, config: ModernConfig) -> None:
         super().__init__()
