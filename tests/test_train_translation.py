@@ -28,4 +28,4 @@ def test_help_names_the_command_that_made_the_shipped_files(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "tools/experiments/train_translation.py --steps 12000" in out
-    assert "--save data/translation_long_run.pt" in out
+    assert "--save data/translation_long_run\n" in out

@@ -1,12 +1,13 @@
 """utils.translation: notebook 12's recipe (split, batches, decoding, scores) and the shipped
 translator, which still translates as recorded; bad files are refused.
 
-`data/translation_long_run.pt` is written by `tools/experiments/train_translation.py --save`
-(notebook 12,
-section 6). Its recorded test translations are what notebook 12 scores, so the model in the
-file must still produce them: translating the first test verses again gives (almost) the same
-text and the same BLEU. "Almost": the recorded run batched 1,000 verses by length, this test
-batches 100, and a verse padded differently can round differently in its last bits.
+`data/translation_long_run/` is written by `tools/experiments/train_translation.py --save`
+(notebook 12, section 6): a checkpoint directory (`utils.checkpoint`) with the tokenizer and the
+recorded translations beside it. Its recorded test translations are what notebook 12 scores,
+so the model in it must still produce them: translating the first test verses again gives
+(almost) the same text and the same BLEU. "Almost": the recorded run batched 1,000 verses by
+length, this test batches 100, and a verse padded differently can round differently in its last
+bits.
 """
 
 from pathlib import Path
@@ -14,16 +15,19 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
+from safetensors.torch import load_file
 
 from utils.bpe import BPETokenizer
+from utils.checkpoint import WEIGHTS_FILE
 from utils.corpora import VersePair
 from utils.model import Transformer, TransformerConfig
 from utils.translation import (
-    FORMAT,
+    INFO_FILE,
     MAX_WORDS,
     MIN_WORDS,
     N_DEV,
     N_TEST,
+    TOKENIZER_FILE,
     TokenCounter,
     batch_stream,
     corpus_scores,
@@ -34,14 +38,14 @@ from utils.translation import (
     translate_all,
 )
 
-SHIPPED = Path(__file__).resolve().parent.parent / "data" / "translation_long_run.pt"
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "translation_long_run"
 N_VERSES = 100
 
 
 @pytest.fixture(scope="module")
 def shipped():
     torch.set_num_threads(1)
-    return load_translator(SHIPPED)
+    return load_translator(SHIPPED, fused=True)  # the kernel the run was scored with
 
 
 def bleu(hyps, refs):
@@ -91,7 +95,7 @@ def tiny_translator():
 
 def test_save_then_load_gives_the_float16_model_back(tmp_path):
     model, tok = tiny_translator()
-    path = tmp_path / "tiny.pt"
+    path = tmp_path / "tiny"
     save_translator(path, model, tok, {"rows": [], "note": "tiny"})
     loaded, loaded_tok, info = load_translator(path)
     assert info == {"rows": [], "note": "tiny"} and loaded_tok.to_str() == tok.to_str()
@@ -99,9 +103,9 @@ def test_save_then_load_gives_the_float16_model_back(tmp_path):
     for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values(), strict=True):
         assert torch.equal(a.half().float(), b), name  # float16 on disk, float32 once loaded
     # the tied matrix (source and target embeddings, output layer) is stored once
-    stored = torch.load(path, weights_only=True)["state_dict"]
-    tied = [v.data_ptr() for k, v in stored.items() if k.endswith("token.weight")]
-    assert len(tied) == 2 and len(set(tied)) == 1
+    stored = load_file(path / WEIGHTS_FILE)
+    assert stored["src_embed.token.weight"].dtype == torch.float16
+    assert not any(k.startswith("tgt_embed.token") for k in stored)
     src = torch.tensor([tok.encode("el rey de Salem")])
     tgt = torch.tensor([[1, *tok.encode("the king")]])
     with torch.no_grad():
@@ -109,23 +113,22 @@ def test_save_then_load_gives_the_float16_model_back(tmp_path):
         assert torch.equal(model(src, tgt), loaded(src, tgt))
 
 
-def test_load_refuses_a_file_that_is_not_a_translator(tmp_path):
-    text = tmp_path / "pointer.pt"  # e.g. a Git LFS pointer where the file should be
-    text.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 6500000\n")
-    with pytest.raises(ValueError, match="not a translator file.*torch.load failed"):
-        load_translator(text)
-    other = tmp_path / "weights.pt"
-    torch.save({"state_dict": {}}, other)
-    with pytest.raises(ValueError, match="not a translator file.*got format None"):
-        load_translator(other)
-    torch.save([1, 2], other)
-    with pytest.raises(ValueError, match="not a translator file.*got list"):
-        load_translator(other)
-    torch.save({"format": FORMAT, "config": {}}, other)
-    with pytest.raises(ValueError, match="truncated translator file"):
-        load_translator(other)
-    with pytest.raises(FileNotFoundError):
-        load_translator(tmp_path / "missing.pt")
+def test_load_refuses_a_directory_that_is_not_a_translator(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint directory"):
+        load_translator(tmp_path / "missing")
+    model, tok = tiny_translator()
+    save_translator(tmp_path, model, tok, {"note": "tiny"})
+    (tmp_path / INFO_FILE).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="info.json must hold a JSON object, got list"):
+        load_translator(tmp_path)
+    (tmp_path / TOKENIZER_FILE).write_text("version https://git-lfs.github.com/spec/v1\n")
+    with pytest.raises(ValueError, match="tokenizer.json is not a tokenizer"):
+        load_translator(tmp_path)
+    (tmp_path / TOKENIZER_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="tokenizer.json is missing"):
+        load_translator(tmp_path)
+    with pytest.raises(ValueError, match="info must be JSON-serialisable"):
+        save_translator(tmp_path / "other", model, tok, {"t": torch.zeros(1)})
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,7 +32,7 @@ from utils.layers import ACTIVATIONS, EncoderLayer, LayerNorm, init_weights_
 from utils.masks import causal_mask
 from utils.model import Generator
 
-__all__ = ["GPTConfig", "GPT", "LMScorer", "generate", "save_gpt", "load_gpt"]
+__all__ = ["GPTConfig", "GPT", "LMScorer", "generate"]
 
 
 @dataclass(frozen=True)
@@ -41,10 +40,11 @@ class GPTConfig:
     """Hyper-parameters of the decoder-only model; shared fields as `utils.model.TransformerConfig`.
 
     `max_len` is the context. Defaults follow GPT-2: pre-norm, learned positions, tied embeddings.
-    Four fields make it GPT-2 exactly (notebook 15, `utils.gpt2`): `activation="gelu_tanh"`
-    (the FFN's; `utils.layers.make_activation`), `norm_eps` (every LayerNorm's eps),
-    `scale_embeddings=False` (GPT-2 does not multiply the token lookup by √d_model) and
-    `head_bias=False` (GPT-2's output layer has no bias). Their defaults are notebook 13's.
+    Three fields make it GPT-2 (notebook 15, `utils.gpt2`): `activation="gelu_tanh"` (the
+    FFN's; `utils.layers.make_activation`), `scale_embeddings=False` (GPT-2 does not multiply
+    the token lookup by √d_model) and `head_bias=False` (GPT-2's output layer has no bias);
+    a fourth, `norm_eps` (every LayerNorm's eps, 1e-5 as GPT-2's), matters only for
+    configurations that set another value. Their defaults are notebook 13's.
     """
 
     vocab_size: int
@@ -247,36 +247,3 @@ def generate(
             top_p=top_p,
             rng=rng,
         )
-
-
-GPT_FORMAT = "attention-book-gpt/1"
-
-
-def save_gpt(model: GPT, path: str | Path, **extra: Any) -> None:
-    """Save `model`'s config and float32 weights, with `extra` (plain Python values), to `path`.
-
-    `load_gpt` reads it back; `torch.load(..., weights_only=True)` can read it (no pickled code).
-    """
-    if not isinstance(model, GPT):
-        raise ValueError(f"model must be a utils.gpt.GPT, got {type(model).__name__}")
-    state = {k: v.detach().to("cpu", torch.float32) for k, v in model.state_dict().items()}
-    blob = {
-        "format": GPT_FORMAT,
-        "config": dataclasses.asdict(model.config),
-        "state_dict": state,
-        "extra": extra,
-    }
-    torch.save(blob, Path(path))
-
-
-def load_gpt(path: str | Path) -> tuple[GPT, dict[str, Any]]:
-    """The `GPT` saved by `save_gpt` (in evaluation mode, on the CPU) and its `extra` dict."""
-    try:
-        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ValueError(f"{path} is not a GPT file ({GPT_FORMAT!r}): {exc}") from None
-    if not isinstance(blob, dict) or blob.get("format") != GPT_FORMAT:
-        raise ValueError(f"{path} is not a GPT file: expected format {GPT_FORMAT!r}")
-    model = GPT(GPTConfig(**blob["config"]))
-    model.load_state_dict(blob["state_dict"])
-    return model.eval(), dict(blob["extra"])

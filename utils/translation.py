@@ -6,13 +6,12 @@ draw the same split and the same batches.
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
 from sacrebleu.metrics import BLEU, CHRF
 
 from utils.bpe import BPETokenizer
@@ -20,7 +19,7 @@ from utils.checks import check_positive_int
 from utils.corpora import VersePair
 from utils.data import Seq2SeqBatch, bucket_batches, make_batch, pad_batch
 from utils.decoding import translate
-from utils.model import Transformer, TransformerConfig
+from utils.model import Transformer
 
 __all__ = [
     "MIN_WORDS",
@@ -36,7 +35,8 @@ __all__ = [
     "translate_all",
     "Scores",
     "corpus_scores",
-    "FORMAT",
+    "TOKENIZER_FILE",
+    "INFO_FILE",
     "save_translator",
     "load_translator",
 ]
@@ -209,53 +209,55 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str]) -> Scores:
 # the trained translator on disk
 # --------------------------------------------------------------------------------------------
 
-FORMAT = "attention-book translator v1"
+TOKENIZER_FILE = "tokenizer.json"
+INFO_FILE = "info.json"
 
 
 def save_translator(
-    path: str | Path, model: Transformer, tokenizer: BPETokenizer, info: dict[str, Any]
-) -> None:
-    """Write `model` (float16 weights), `tokenizer` and `info` (recipe, scores) to `path`."""
-    state, halves = {}, {}
-    for k, v in model.state_dict().items():
-        if v.is_floating_point():
-            # Tied weights (one matrix under three names) stay one tensor on disk.
-            key = (v.data_ptr(), v.shape)
-            if key not in halves:
-                halves[key] = v.detach().to("cpu", torch.float16)
-            v = halves[key]
-        state[k] = v.cpu()
-    torch.save(
-        {
-            "format": FORMAT,
-            "config": dataclasses.asdict(model.config),
-            "state_dict": state,
-            "tokenizer": tokenizer.to_str(),
-            "info": dict(info),
-        },
-        Path(path),
-    )
+    directory: str | Path, model: Transformer, tokenizer: BPETokenizer, info: dict[str, Any]
+) -> Path:
+    """Write `model` (float16 weights), `tokenizer` and `info` (recipe, scores) to `directory`.
 
-
-def load_translator(path: str | Path) -> tuple[Transformer, BPETokenizer, dict[str, Any]]:
-    """`(model, tokenizer, info)` from a file written by `save_translator`; model in eval mode."""
+    The model is an ordinary checkpoint (`Transformer.save_pretrained`: `config.json`,
+    `model.safetensors`); beside it `tokenizer.json` (Hugging Face `tokenizers`' own format)
+    and `info.json` (plain values: the recipe, the test translations and their scores).
+    """
+    if not isinstance(model, Transformer):
+        raise ValueError(f"model must be a utils.model.Transformer, got {type(model).__name__}")
     try:
-        blob = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as err:  # not a torch file at all (text, a truncated download, ...)
-        raise ValueError(
-            f"{path} is not a translator file ({FORMAT!r}): torch.load failed "
-            f"with {type(err).__name__}"
-        ) from err
-    if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-        got = f"format {blob.get('format')!r}" if isinstance(blob, dict) else type(blob).__name__
-        raise ValueError(f"{path} is not a translator file ({FORMAT!r}), got {got}")
-    missing = {"config", "state_dict", "tokenizer", "info"} - set(blob)
-    if missing:
-        raise ValueError(f"{path} is a truncated translator file: no {sorted(missing)}")
-    model = Transformer(TransformerConfig(**blob["config"]))
-    model.load_state_dict(
-        {k: v.float() if v.is_floating_point() else v for k, v in blob["state_dict"].items()}
-    )
-    return model.eval(), BPETokenizer.from_str(blob["tokenizer"]), blob["info"]
+        text = json.dumps(info, indent=1)
+    except TypeError as err:
+        raise ValueError(f"info must be JSON-serialisable (plain Python values): {err}") from None
+    directory = model.save_pretrained(directory, dtype="float16")
+    (directory / TOKENIZER_FILE).write_text(tokenizer.to_str(), encoding="utf-8")
+    (directory / INFO_FILE).write_text(text + "\n", encoding="utf-8")
+    return directory
+
+
+def load_translator(
+    directory: str | Path, *, fused: bool = False
+) -> tuple[Transformer, BPETokenizer, dict[str, Any]]:
+    """`(model, tokenizer, info)` from a directory written by `save_translator`; eval mode.
+
+    `fused=True` runs attention with PyTorch's kernel (as the shipped run was scored).
+
+    Errors as `utils.checkpoint`: a missing directory or file is `FileNotFoundError`, a file
+    that is not what it should be is `ValueError`; both name the file.
+    """
+    directory = Path(directory)
+    model = Transformer.from_pretrained(directory, fused=fused)
+    tok_path, info_path = directory / TOKENIZER_FILE, directory / INFO_FILE
+    for path in (tok_path, info_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: {directory} holds no translator")
+    try:
+        tokenizer = BPETokenizer.from_str(tok_path.read_text(encoding="utf-8"))
+    except Exception as err:  # tokenizers raises its own Exception type
+        raise ValueError(f"{tok_path} is not a tokenizer: {err}") from None
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{info_path} is not valid JSON: {err}") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{info_path} must hold a JSON object, got {type(info).__name__}")
+    return model, tokenizer, info

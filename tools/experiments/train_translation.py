@@ -13,9 +13,9 @@ and beam search (beam 4, alpha 0.6). It writes one CSV row per evaluation:
     step,train_tokens,split,decoder,n_verses,bleu,chrf,elapsed_s,device,bleu_signature,chrf_signature
 
 and with `--save` the model in float16, its BPE vocabulary, the rows and the test translations
-(`utils.translation.save_translator`). `--d-model`, `--layers` and `--max-tokens` make it bigger
-(e.g. on a GPU, used when present); the CSV records the device, and the notebook plots whatever
-the CSV holds.
+(`utils.translation.save_translator`, a checkpoint directory). `--d-model`, `--layers` and
+`--max-tokens` make it bigger (e.g. on a GPU, used when present); the CSV records the device,
+and the notebook plots whatever the CSV holds.
 
 Under `torchrun --nproc_per_node N` it trains data-parallel (`utils.distributed`): gloo on the
 CPU, NCCL on GPUs; each worker gets its share of the length-bucketed batches
@@ -56,11 +56,11 @@ from utils.translation import (
 VOCAB_SIZE = 6000
 
 EPILOG = """\
-The shipped data/translation_long_run.csv and data/translation_long_run.pt were written on one
-CPU thread by
+The shipped data/translation_long_run.csv and the model in data/translation_long_run/ were
+written on one CPU thread by
 
     .venv/bin/python tools/experiments/train_translation.py --steps 12000 \\
-        --out data/translation_long_run.csv --save data/translation_long_run.pt
+        --out data/translation_long_run.csv --save data/translation_long_run
 
 which took 60 minutes on the build machine, about 0.3 s per step on a 2-core machine whose
 other core was busy (the CSV's elapsed_s column records each run's own time).
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         default=None,
         help="also write the trained model, its BPE vocabulary and its test translations "
-        "here (utils.translation.save_translator; float16 weights, tested in float16)",
+        "to this directory (utils.translation.save_translator: a checkpoint with float16 "
+        "weights, tested in float16)",
     )
     args = parser.parse_args(argv)
 
