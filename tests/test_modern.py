@@ -66,7 +66,7 @@ def test_swiglu_two_thirds_rule_matches_relu_parameters():
     hidden = swiglu_hidden(d_ff)
     relu, swiglu = FeedForward(d_model, d_ff), SwiGLU(d_model, hidden)
     gap = abs(count_parameters(relu) - count_parameters(swiglu))
-    assert gap <= 3 * d_model + d_ff + d_model  # the rounding of h plus the ReLU FFN's biases
+    assert gap <= 3 * d_model + d_ff + d_model  # the rounding of d_ff' plus the ReLU FFN's biases
     assert swiglu_hidden(4 * 4096, multiple_of=256) == 11008  # Llama-2-7B
     assert swiglu_hidden(4 * 5120, multiple_of=256) == 13824  # Llama-2-13B: rounded up
     assert swiglu_hidden(4 * 64) == 170  # truncated, as Llama's int(2 * d_ff / 3)
@@ -76,9 +76,9 @@ def test_swiglu_two_thirds_rule_matches_relu_parameters():
 def test_gqa_equals_sdpa_enable_gqa(n_heads, n_kv_heads):
     q = torch.randn(2, n_heads, 7, 8)
     k, v = torch.randn(2, n_kv_heads, 7, 8), torch.randn(2, n_kv_heads, 7, 8)
-    groups = n_heads // n_kv_heads
+    g = n_heads // n_kv_heads  # group size: query heads per key/value head
     ours = F.scaled_dot_product_attention(
-        q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=causal_mask(7)
+        q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=causal_mask(7)
     )
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(7), enable_gqa=True)
     torch.testing.assert_close(ours, ref, rtol=0, atol=1e-6)
@@ -161,12 +161,14 @@ LLAMA_CONFIGS = {
     "mha, tied": dict(
         hidden_size=30, num_attention_heads=3, num_key_value_heads=3, tie_word_embeddings=True
     ),
-    # Llama 3's base: a loader that ignored rope_theta would rotate by 10,000's angles
-    "gqa, rope_theta 500,000": dict(
+    # Llama 3's base and eps: a loader that ignored rope_theta would rotate by 10,000's angles,
+    # one that ignored rms_norm_eps would keep the default 1e-6 (Llama 1's; Llama 2 and 3: 1e-5)
+    "gqa, rope_theta 500,000, rms_norm_eps 1e-5": dict(
         hidden_size=48,
         num_attention_heads=6,
         num_key_value_heads=2,
         rope_parameters={"rope_type": "default", "rope_theta": 500_000.0},
+        rms_norm_eps=1e-5,
     ),
 }
 
@@ -205,6 +207,7 @@ def test_logits_and_greedy_tokens_equal_llama(name):
         diff = (ours(tokens) - theirs).abs().max().item()
     assert diff < 1e-5 and theirs.std() > 0.1  # logits far from zero, and equal
     assert ours.config.rope_base == hf.config.rope_parameters["rope_theta"]
+    assert ours.config.eps == hf.config.rms_norm_eps
     assert all(p.std() > 0.05 for p in hf.parameters())  # no tensor left at a constant
     prompt = tokens[:, :5]
     expected = hf.generate(  # no end-of-text id: it would stop there and pad, the book's not
@@ -231,6 +234,12 @@ def test_loader_refuses_what_it_cannot_express():
         load_llama_state_dict(model, {**state, "model.norm.weight": torch.ones(3)})
     hf.config.mlp_bias = True
     with pytest.raises(ValueError, match="mlp_bias"):
+        config_from_llama(hf.config)
+    hf.config.mlp_bias = False
+    # long-context rotary scalings (position interpolation, Llama 3.1's "llama3") are not the
+    # book's RotaryEmbedding: refused rather than loaded with the wrong angles
+    hf.config.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}
+    with pytest.raises(ValueError, match="only the default rotary positions"):
         config_from_llama(hf.config)
 
 
