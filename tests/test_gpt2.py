@@ -2,8 +2,8 @@
 
 Parity of logits on several configurations (odd widths, untied head, another eps, every
 activation), greedy `generate` tokens against `transformers`' `generate`, the key/value caches
-layer by layer, the export with its folded scale and bias, a `save_pretrained` round trip, the
-new GPTConfig options on the fast path, and bad input.
+layer by layer, the export with its folded scale and bias and its mapped activation and eps, a
+`save_pretrained` round trip, the new GPTConfig options on the fast path, and bad input.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ def perturb(model: torch.nn.Module) -> None:
 
     Biases start at 0 and LayerNorm gains at 1 (in transformers and in the book): a loader that
     swapped two of them, or never copied one, would pass a parity check on a fresh model.
+    Perturbed, every tensor but one shows in the logits: the key bias adds q·b_K to every score
+    of a row, which softmax ignores, so a loader that skips it passes every logit check here;
+    `test_kv_cache_agrees_layer_by_layer`, which compares the cached keys, catches it.
     """
     with torch.no_grad():
         for p in model.parameters():
@@ -144,6 +147,36 @@ def test_export_of_a_book_model_keeps_its_distribution(tied: bool, positional: s
     with torch.no_grad():
         gap = (hf(x).logits.log_softmax(-1) - ours(x).log_softmax(-1)).abs().max().item()
     assert gap < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("activation", "hf_activation"),
+    [("gelu_tanh", "gelu_new"), ("gelu", "gelu"), ("relu", "relu")],
+)
+def test_export_maps_activation_and_norm_eps(activation: str, hf_activation: str) -> None:
+    # the export's config mapping: each activation, and a LayerNorm eps other than 1e-5 (at
+    # 1e-5 a dropped eps would be invisible). The log-probabilities are compared first, so a
+    # wrong mapping fails on what the model computes, not only on a config field.
+    torch.manual_seed(0)
+    config = GPTConfig(
+        vocab_size=20,
+        d_model=32,
+        n_heads=4,
+        d_ff=64,
+        n_layers=2,
+        max_len=16,
+        activation=activation,
+        norm_eps=1e-2,
+    )
+    ours = GPT(config).eval()
+    perturb(ours)
+    hf = gpt_to_hf(ours)
+    x = torch.randint(0, 20, (2, 16))
+    with torch.no_grad():
+        gap = (hf(x).logits.log_softmax(-1) - ours(x).log_softmax(-1)).abs().max().item()
+    assert gap < 1e-5
+    assert hf.config.activation_function == hf_activation
+    assert hf.config.layer_norm_epsilon == 1e-2
 
 
 def test_save_pretrained_round_trip(tmp_path) -> None:

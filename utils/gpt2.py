@@ -179,21 +179,21 @@ def state_dict_from_hf(state: dict[str, Tensor], config: GPTConfig) -> dict[str,
         "embed.position.embedding.weight": take("transformer.wpe.weight", (P, d)),
     }
     for i in range(config.n_layers):
-        h, ours = f"transformer.h.{i}.", f"layers.{i}."
-        w_qkv = take(h + "attn.c_attn.weight", (d, 3 * d))  # Conv1D: (d_in, [q | k | v])
-        b_qkv = take(h + "attn.c_attn.bias", (3 * d,))
+        theirs, ours = f"transformer.h.{i}.", f"layers.{i}."
+        w_qkv = take(theirs + "attn.c_attn.weight", (d, 3 * d))  # Conv1D: (d_in, [q | k | v])
+        b_qkv = take(theirs + "attn.c_attn.bias", (3 * d,))
         for j, name in enumerate(("w_q", "w_k", "w_v")):
             out[ours + f"self_attn.{name}.weight"] = w_qkv[:, j * d : (j + 1) * d].T  # (d, d)
             out[ours + f"self_attn.{name}.bias"] = b_qkv[j * d : (j + 1) * d]
-        out[ours + "self_attn.w_o.weight"] = take(h + "attn.c_proj.weight", (d, d)).T
-        out[ours + "self_attn.w_o.bias"] = take(h + "attn.c_proj.bias", (d,))
-        out[ours + "ffn.linear1.weight"] = take(h + "mlp.c_fc.weight", (d, f)).T  # -> (f, d)
-        out[ours + "ffn.linear1.bias"] = take(h + "mlp.c_fc.bias", (f,))
-        out[ours + "ffn.linear2.weight"] = take(h + "mlp.c_proj.weight", (f, d)).T  # -> (d, f)
-        out[ours + "ffn.linear2.bias"] = take(h + "mlp.c_proj.bias", (d,))
+        out[ours + "self_attn.w_o.weight"] = take(theirs + "attn.c_proj.weight", (d, d)).T
+        out[ours + "self_attn.w_o.bias"] = take(theirs + "attn.c_proj.bias", (d,))
+        out[ours + "ffn.linear1.weight"] = take(theirs + "mlp.c_fc.weight", (d, f)).T  # -> (f, d)
+        out[ours + "ffn.linear1.bias"] = take(theirs + "mlp.c_fc.bias", (f,))
+        out[ours + "ffn.linear2.weight"] = take(theirs + "mlp.c_proj.weight", (f, d)).T  # -> (d, f)
+        out[ours + "ffn.linear2.bias"] = take(theirs + "mlp.c_proj.bias", (d,))
         for k, ln in ((0, "ln_1"), (1, "ln_2")):  # pre-norm: ln_1 before attention, ln_2 FFN
-            out[ours + f"sublayers.{k}.norm.weight"] = take(h + f"{ln}.weight", (d,))
-            out[ours + f"sublayers.{k}.norm.bias"] = take(h + f"{ln}.bias", (d,))
+            out[ours + f"sublayers.{k}.norm.weight"] = take(theirs + f"{ln}.weight", (d,))
+            out[ours + f"sublayers.{k}.norm.bias"] = take(theirs + f"{ln}.bias", (d,))
     out["norm.weight"] = take("transformer.ln_f.weight", (d,))
     out["norm.bias"] = take("transformer.ln_f.bias", (d,))
     if config.tie_embeddings:
@@ -211,13 +211,14 @@ def state_dict_from_hf(state: dict[str, Tensor], config: GPTConfig) -> dict[str,
 
 
 def fold_output_bias(weight: Tensor, bias: Tensor, tol: float = 1e-4) -> tuple[Tensor, float]:
-    """A vector δ `(d,)` with `weight @ δ = bias + c` for some constant c, and the residual.
+    """A vector δ `(d,)` with `weight @ δ = bias + κ` for some constant κ, and the residual.
 
-    Softmax ignores a constant added to every logit, so an output layer with a bias, `h W^T + b`
-    (`weight` W `(V, d)`, `bias` b `(V,)`), scores like one without, `(h + δ) W^T`, when δ
-    solves `W δ = b + c·1`: V equations in d + 1 unknowns, exactly solvable (generically) when
-    V <= d + 1. Solved by least squares in float64; `ValueError` if the largest residual is
-    above `tol` (then b is not in the span: GPT-2's head cannot express it).
+    Softmax ignores a constant added to every logit, so an output layer with a bias, `u W^T + b`
+    (`u` the final LayerNorm's output, `weight` W `(V, d)`, `bias` b `(V,)`), scores like one
+    without, `(u + δ) W^T`, when δ solves `W δ = b + κ·1`: V equations in d + 1 unknowns,
+    exactly solvable (generically) when V <= d + 1. Solved by least squares in float64;
+    `ValueError` if the largest residual is above `tol` (then b is not in the span: GPT-2's head
+    cannot express it).
     """
     V, d = weight.shape
     _check_shape("bias", bias, (V,))
@@ -259,22 +260,22 @@ def state_dict_to_hf(model: GPT) -> dict[str, Tensor]:
         wpe = sinusoidal_encoding(config.max_len, d).to(wte.dtype)
     out: dict[str, Tensor] = {"transformer.wte.weight": wte, "transformer.wpe.weight": wpe}
     for i in range(config.n_layers):
-        h, ours = f"transformer.h.{i}.", f"layers.{i}."
-        out[h + "attn.c_attn.weight"] = torch.cat(
+        theirs, ours = f"transformer.h.{i}.", f"layers.{i}."
+        out[theirs + "attn.c_attn.weight"] = torch.cat(
             [sd[ours + f"self_attn.{n}.weight"].T for n in ("w_q", "w_k", "w_v")], dim=1
         )  # (d, 3d): Conv1D's x @ W, columns [q | k | v]
-        out[h + "attn.c_attn.bias"] = torch.cat(
+        out[theirs + "attn.c_attn.bias"] = torch.cat(
             [sd[ours + f"self_attn.{n}.bias"] for n in ("w_q", "w_k", "w_v")]
         )
-        out[h + "attn.c_proj.weight"] = sd[ours + "self_attn.w_o.weight"].T.contiguous()
-        out[h + "attn.c_proj.bias"] = sd[ours + "self_attn.w_o.bias"]
-        out[h + "mlp.c_fc.weight"] = sd[ours + "ffn.linear1.weight"].T.contiguous()  # (d, f)
-        out[h + "mlp.c_fc.bias"] = sd[ours + "ffn.linear1.bias"]
-        out[h + "mlp.c_proj.weight"] = sd[ours + "ffn.linear2.weight"].T.contiguous()  # (f, d)
-        out[h + "mlp.c_proj.bias"] = sd[ours + "ffn.linear2.bias"]
+        out[theirs + "attn.c_proj.weight"] = sd[ours + "self_attn.w_o.weight"].T.contiguous()
+        out[theirs + "attn.c_proj.bias"] = sd[ours + "self_attn.w_o.bias"]
+        out[theirs + "mlp.c_fc.weight"] = sd[ours + "ffn.linear1.weight"].T.contiguous()  # (d, f)
+        out[theirs + "mlp.c_fc.bias"] = sd[ours + "ffn.linear1.bias"]
+        out[theirs + "mlp.c_proj.weight"] = sd[ours + "ffn.linear2.weight"].T.contiguous()  # (f, d)
+        out[theirs + "mlp.c_proj.bias"] = sd[ours + "ffn.linear2.bias"]
         for k, ln in ((0, "ln_1"), (1, "ln_2")):
-            out[h + f"{ln}.weight"] = sd[ours + f"sublayers.{k}.norm.weight"]
-            out[h + f"{ln}.bias"] = sd[ours + f"sublayers.{k}.norm.bias"]
+            out[theirs + f"{ln}.weight"] = sd[ours + f"sublayers.{k}.norm.weight"]
+            out[theirs + f"{ln}.bias"] = sd[ours + f"sublayers.{k}.norm.bias"]
     gain, shift = sd["norm.weight"], sd["norm.bias"]
     head = wte if config.tie_embeddings else sd["generator.proj.weight"]  # (V, d)
     if config.tie_embeddings:  # the head reads scale·W: divide the final LayerNorm's output
