@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from utils.attention import scaled_dot_product_attention
 from utils.flash import flash_attention, flash_forward
+from utils.measure import peak_cpu_bytes
 
 TOL = {torch.float64: 1e-12, torch.float32: 2e-5}
 
@@ -88,6 +89,32 @@ def test_training_memory_has_no_n_by_n_tensor() -> None:
     out = flash_attention(q, k, v, block_q=32, block_k=32)
     saved = [t for t in out.grad_fn.saved_tensors if t is not None]
     assert max(t.numel() for t in saved) <= 256 * 8  # q, k, v, out (n, d) and lse (n,)
+
+
+def _peak_bytes(n: int, d: int, tile: int, backward: bool) -> int:
+    """Peak CPU bytes of one tiled attention at length n, forward or forward+backward."""
+    q, k, v, grad = _inputs((1, 1, n, d), n, d, torch.float32, seed=6)
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True
+    ) as prof:
+        out = flash_attention(q, k, v, block_q=tile, block_k=tile)
+        if backward:
+            out.backward(grad)
+    return peak_cpu_bytes(prof)
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_peak_memory_is_linear_in_n_plus_a_few_tiles(backward) -> None:
+    d, tile = 16, 64
+    # float32 numbers kept per query row: out and lse; in the backward also dq, dk, dv, delta
+    kept_per_row = 4 * d + 2 if backward else d + 1
+    peaks = {n: _peak_bytes(n, d, tile, backward) for n in (256, 512)}
+    # doubling n adds the bytes of the kept (n, d) tensors, and no tile: the tiles keep their size
+    added = 4 * 256 * kept_per_row
+    assert abs((peaks[512] - peaks[256]) / added - 1) < 0.02, peaks
+    # the rest is a few tiles alive inside the loop, never an (n, n) matrix (64 tiles here)
+    rest = peaks[512] - 4 * 512 * kept_per_row
+    assert 1 * tile * tile * 4 < rest < 8 * tile * tile * 4, rest
 
 
 @pytest.mark.parametrize(

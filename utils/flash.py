@@ -7,8 +7,10 @@ output, rescaled by `exp(m_old - m_new)` whenever the maximum grows (Milakov & G
 2018; Dao et al. 2022). The backward pass recomputes each block of scores instead of saving
 the weights, as FlashAttention's does (Dao et al. 2022), from the saved row log-sum-exp
 `lse = m + log l` alone, as FlashAttention-2 saves it (Dao 2023), so training memory is linear
-in the sequence length too: `p = exp(s - lse)`, `D = rowsum(dO ∘ O)`, `ds = p ∘ (dp - D)`
-(`s` and `p` are a tile of scores and weights: FlashAttention's S and P, notebook 14's Z and A).
+in the sequence length too: `p = exp(s - lse)`, `Δ = rowsum(grad_out ∘ out)` (`delta`),
+`ds = p ∘ (dp - Δ)` (`s` and `p` are a tile of scores and weights: FlashAttention's S and P,
+notebook 14's Z and A; `out` is the attention output, `grad_out` its gradient, FlashAttention's
+O and dO).
 
 Plain PyTorch, written to be read next to its derivation: the block loops run in Python, so
 it is slower than a fused kernel (`F.scaled_dot_product_attention`); what it shows is the
@@ -66,11 +68,14 @@ def flash_forward(
     Shapes: q `(..., n_q, d_k)`, k `(..., n_k, d_k)`, v `(..., n_k, d_v)`, mask bool
     `(..., n_q, n_k)` already expanded (a view: no memory). Returns `(out, lse)`: out
     `(..., n_q, d_v)` and the row log-sum-exp of the scaled scores `(..., n_q)` (`+inf` for a
-    row with no allowed key, so that the backward's `exp(S - lse)` is 0 there).
+    row with no allowed key, so that the backward's `exp(s - lse)` is 0 there).
 
-    Per query block, over key blocks: `m_new = max(m, rowmax(S))`,
-    `l = e^{m - m_new} l + rowsum(e^{S - m_new})`, `acc = e^{m - m_new} acc + e^{S - m_new} V`;
-    at the end `out = acc / l`. Memory beyond the inputs: `O(n_q (d_v + 2))` plus one block.
+    Per query block, over key blocks, with `s` the tile of scaled scores:
+    `m_new = max(m, rowmax(s))`, `l = e^{m - m_new} l + rowsum(e^{s - m_new})`,
+    `acc = e^{m - m_new} acc + e^{s - m_new} v`; at the end `out = acc / l`. Memory beyond the
+    inputs: `out` and `lse`, `n_q (d_v + 1)` numbers; the query block's `m`, `l`, `acc`; and
+    about four `(block_q, block_k)` tiles at once: the scores `s`, `s - m_new` and the weights
+    `p` of the current tile, and the previous tile's `p`, alive until `p` is reassigned.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -115,15 +120,15 @@ def flash_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     r"""Gradients `(dq, dk, dv)` of tiled attention, recomputing each block of scores.
 
-    With `P = exp(S - lse)` (the softmax weights of the block, exact because `lse` is the
-    whole row's log-sum-exp), `dV += Pᵀ dO`, `dP = dO Vᵀ`, `dS = P ∘ (dP - D)` with
-    `D = rowsum(dO ∘ O)` (= `rowsum(P ∘ dP)` over the whole row), `dQ += dS K / √d_k`,
-    `dK += dSᵀ Q / √d_k`. Shapes as `flash_forward`; `grad_out` like `out`.
+    With `p = exp(s - lse)` (the softmax weights of the tile, exact because `lse` is the
+    whole row's log-sum-exp), `dv += pᵀ grad_out`, `dp = grad_out vᵀ`, `ds = p ∘ (dp - Δ)`
+    with `Δ = rowsum(grad_out ∘ out)` (`delta`; = `rowsum(p ∘ dp)` over the whole row),
+    `dq += ds k / √d_k`, `dk += dsᵀ q / √d_k`. Shapes as `flash_forward`; `grad_out` like `out`.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])
     n_q, n_k = q.shape[-2], k.shape[-2]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    d_row = (grad_out * out).sum(dim=-1)  # D, (..., n_q)
+    delta = (grad_out * out).sum(dim=-1)  # Δ, (..., n_q)
     for i in range(0, n_q, block_q):
         qs = slice(i, min(i + block_q, n_q))
         q_blk, do_blk = q[..., qs, :], grad_out[..., qs, :]
@@ -135,7 +140,7 @@ def flash_backward(
             p = torch.exp(s - lse[..., qs, None])  # (..., bq, bk)
             dv[..., ks, :] += p.transpose(-2, -1) @ do_blk
             dp = do_blk @ v[..., ks, :].transpose(-2, -1)
-            ds = p * (dp - d_row[..., qs, None])
+            ds = p * (dp - delta[..., qs, None])
             dq[..., qs, :] += ds @ k[..., ks, :] * scale
             dk[..., ks, :] += ds.transpose(-2, -1) @ q_blk * scale
     return dq, dk, dv

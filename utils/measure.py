@@ -5,7 +5,8 @@ figures and the benchmark's tables are measured the same way:
 
 - `interleaved` times several functions against each other, alternating their order so that
   neither always runs in the other's wake (a machine that slows down mid-run slows both);
-- `peak_cpu_bytes` reads the peak of PyTorch's CPU allocations from a `torch.profiler` run.
+- `peak_cpu_bytes` replays the CPU allocations and frees a `torch.profiler` run recorded, in
+  time order, and returns the peak.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.autograd import DeviceType
 
 from utils.checks import check_positive_int
+
+# the devices whose allocations are CPU memory, as torch.profiler counts them
+_CPU_DEVICES = (DeviceType.CPU, DeviceType.MKLDNN, DeviceType.IDEEP)
 
 __all__ = ["interleaved", "peak_cpu_bytes"]
 
@@ -64,18 +69,31 @@ def interleaved(
 
 
 def peak_cpu_bytes(prof: torch.profiler.profile) -> int:
-    """Peak of the running sum of CPU allocations the profiler saw, in bytes.
+    """Peak of the CPU memory allocated while `prof` ran, in bytes, above what was allocated
+    when it started.
 
-    `prof` must have run with `profile_memory=True`. Each event counts only its *own*
-    allocations and frees (`self_cpu_memory_usage`): an operation's total
-    (`cpu_memory_usage`) includes those of the operations it calls, and summing totals would
-    count them twice. Events are replayed in the order they started.
+    `prof` must have run with `profile_memory=True`, which records every allocation (+bytes)
+    and every free (-bytes) with its time. Replaying those records in time order gives the
+    memory allocated at each moment; the peak is the largest running total. Temporaries
+    allocated and freed inside one operation count while they are alive: the tiles of a
+    custom `torch.autograd.Function`, the buffers of a backward node or of a fused kernel.
+
+    (Per-operation totals cannot give this: `self_cpu_memory_usage` is an operation's *net*
+    bytes, and what its callees allocate and free inside it nets out to a single number, so
+    replaying operations by their start times never sees the temporaries.)
     """
-    events = sorted(
-        (e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start
+    if not getattr(prof, "profile_memory", False):
+        raise ValueError("peak_cpu_bytes needs a torch.profiler.profile(profile_memory=True) run")
+    profiler = getattr(prof, "profiler", None)
+    results = getattr(profiler, "kineto_results", None)
+    if results is None:
+        raise ValueError("peak_cpu_bytes needs a finished profile: run it, then read the peak")
+    records = sorted(
+        (r for r in results.events() if r.name() == "[memory]" and r.device_type() in _CPU_DEVICES),
+        key=lambda r: r.start_ns(),  # a stable sort: records of the same moment keep their order
     )
     current = peak = 0
-    for e in events:
-        current += e.self_cpu_memory_usage
+    for r in records:
+        current += r.nbytes()
         peak = max(peak, current)
     return peak
