@@ -322,9 +322,10 @@ class ModernConfig:
 
     `n_kv_heads` defaults to `n_heads` (multi-head attention); `d_head` to
     `d_model // n_heads`; `d_ff` to `swiglu_hidden(4 * d_model)`, the SwiGLU width with the
-    parameters of the paper's 4·d_model ReLU FFN. Llama's choices: no biases, RMSNorm with
-    eps 1e-6, rotary base 10,000, untied output layer. `fused` switches attention to
-    PyTorch's kernel (speed only, same outputs to float precision).
+    parameters of the paper's 4·d_model ReLU FFN. The defaults are Llama 1's: no biases,
+    RMSNorm with eps 1e-6 (Llama 2 and 3: 1e-5), rotary base 10,000 (Llama 3: 500,000),
+    untied output layer. `fused` switches attention to PyTorch's kernel (speed only, same
+    outputs to float precision); it is chosen when loading, not saved (`utils.checkpoint`).
     """
 
     vocab_size: int
