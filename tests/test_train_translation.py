@@ -29,3 +29,10 @@ def test_help_names_the_command_that_made_the_shipped_files(capsys):
     out = capsys.readouterr().out
     assert "tools/experiments/train_translation.py --steps 12000" in out
     assert "--save data/translation_long_run\n" in out
+
+
+def test_resume_needs_a_checkpoint(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        tool.main(["--resume"])
+    assert exit_info.value.code == 2
+    assert "--resume needs --checkpoint" in capsys.readouterr().err

@@ -33,7 +33,12 @@ from torch import Tensor
 
 from utils.checks import check_positive_float, check_positive_int
 from utils.data import Seq2SeqBatch, bucket_batches
-from utils.training import label_smoothing_loss
+from utils.training import (  # rank and world size have one owner, re-exported here
+    is_distributed,
+    label_smoothing_loss,
+    rank,
+    world_size,
+)
 from utils.vocab import PAD_ID
 
 __all__ = [
@@ -103,21 +108,6 @@ def destroy_group() -> None:
     """Leave the process group, if any (safe to call twice)."""
     if is_distributed():
         dist.destroy_process_group()
-
-
-def is_distributed() -> bool:
-    """Whether this process is in an initialised process group."""
-    return dist.is_available() and dist.is_initialized()
-
-
-def rank() -> int:
-    """This process's rank, 0 outside a process group."""
-    return dist.get_rank() if is_distributed() else 0
-
-
-def world_size() -> int:
-    """The number of processes in the group, 1 outside a process group."""
-    return dist.get_world_size() if is_distributed() else 1
 
 
 def is_main_process() -> bool:

@@ -12,13 +12,18 @@ Positions whose target is `pad_id` are left out of the loss.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
+import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, TypedDict
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -45,6 +50,10 @@ __all__ = [
     "warmup_linear_decay",
     "paper_adam",
     "History",
+    "ResumableStream",
+    "is_distributed",
+    "world_size",
+    "rank",
     "train",
     "seq2seq_loss",
     "lm_loss",
@@ -349,6 +358,136 @@ class History:
         return self.loss[-1] if self.loss else math.nan
 
 
+class ResumableStream:
+    """Batches from `make()`, counted, so a run can stop and go on from the same batch.
+
+    `make` returns a fresh iterator that yields the same batches in the same order every time
+    it is called (a seeded stream: `lambda: task_batches(..., seed=0)`). The state is how many
+    batches were handed out; `load_state_dict` rebuilds the stream and skips that many (cheap:
+    batches of token ids, no model). `source` is the iterator `make()` returned (to read a
+    count it keeps, as `utils.translation.TokenCounter` does).
+    """
+
+    def __init__(self, make: Callable[[], Iterable[Any]]) -> None:
+        if not callable(make):
+            raise ValueError(f"make must be a function returning an iterator, got {make!r}")
+        self.make = make
+        self.consumed = 0
+        self.source = iter(make())
+
+    def __iter__(self) -> ResumableStream:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self.source)
+        self.consumed += 1
+        return batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"consumed": self.consumed}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        consumed = state.get("consumed") if isinstance(state, Mapping) else None
+        if isinstance(consumed, bool) or not isinstance(consumed, int) or consumed < 0:
+            raise ValueError(f"a stream state must be {{'consumed': int >= 0}}, got {state!r}")
+        self.source, self.consumed = iter(self.make()), 0
+        for _ in range(consumed):
+            try:
+                next(self)
+            except StopIteration:
+                raise ValueError(
+                    f"the stream ends after {self.consumed} batches; the checkpoint had "
+                    f"consumed {consumed}: not the stream the run was trained on"
+                ) from None
+
+
+TRAIN_STATE_FORMAT = "attention-book-train-state"
+TRAIN_STATE_VERSION = 1
+
+
+def _state_path(path: Path, worker: int, world: int) -> Path:
+    """One file per worker under torch.distributed (each has its own RNG and stream)."""
+    return path if world == 1 else path.with_name(f"{path.stem}.rank{worker}{path.suffix}")
+
+
+def _rng_state() -> dict[str, Any]:
+    """Every random number generator a training step can draw from: dropout, shuffles."""
+    # the global state utils.setup seeds (legacy API, as readers call np.random.* directly)
+    numpy_state: Any = np.random.get_state()  # noqa: NPY002
+    _, keys, pos, has_gauss, cached = numpy_state
+    return {
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "numpy": [torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), cached],
+        "python": random.getstate(),
+    }
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    keys, pos, has_gauss, cached = state["numpy"]
+    keys = keys.numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, pos, has_gauss, cached))  # noqa: NPY002
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def _model_signature(model: nn.Module) -> dict[str, Any]:
+    """What a resumed model must match: its config (when it has one) and its tensors' shapes."""
+    config = getattr(model, "config", None)
+    return {
+        "config": dataclasses.asdict(config)
+        if dataclasses.is_dataclass(config) and not isinstance(config, type)
+        else None,
+        "shapes": {k: list(v.shape) for k, v in model.state_dict().items()},
+    }
+
+
+def _check_resumable(batches: object) -> None:
+    if not (hasattr(batches, "state_dict") and hasattr(batches, "load_state_dict")):
+        raise ValueError(
+            "checkpoints need batches that can be resumed (state_dict/load_state_dict, e.g. "
+            f"utils.training.ResumableStream(lambda: ...)), got {type(batches).__name__}"
+        )
+
+
+def _save_train_state(path: Path, state: dict[str, Any]) -> None:
+    """`torch.save` to a temporary file, then rename: a run killed mid-write keeps the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"format": TRAIN_STATE_FORMAT, "version": TRAIN_STATE_VERSION, **state}, tmp)
+    os.replace(tmp, path)
+
+
+def _load_train_state(path: Path, model: nn.Module, world: int, accumulate: int) -> dict:
+    """The state saved at `path`, checked against this run (`ValueError` naming what differs)."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)  # runs no code
+    except Exception as err:
+        raise ValueError(f"{path} is not a training checkpoint: {err}") from None
+    if not isinstance(state, dict) or state.get("format") != TRAIN_STATE_FORMAT:
+        raise ValueError(f"{path} is not a training checkpoint ({TRAIN_STATE_FORMAT!r})")
+    if state.get("version", 0) > TRAIN_STATE_VERSION:
+        raise ValueError(f"{path} was written by a newer version ({state['version']})")
+    saved, here = state["signature"], _model_signature(model)
+    if saved["config"] != here["config"]:
+        differ = sorted(
+            k
+            for k in set(saved["config"] or {}) | set(here["config"] or {})
+            if (saved["config"] or {}).get(k) != (here["config"] or {}).get(k)
+        )
+        raise ValueError(f"{path} was saved from a model with another config (fields {differ})")
+    if saved["shapes"] != here["shapes"]:
+        raise ValueError(f"{path} holds tensors of other names or shapes than this model's")
+    for name, want, got in (("world size", world, state["world"]),
+                            ("accumulate", accumulate, state["accumulate"])):  # fmt: skip
+        if want != got:
+            raise ValueError(f"{path} was saved with {name} {got}, this run has {want}")
+    return state
+
+
 def _batch_tokens(batch: object) -> int:
     n = getattr(batch, "n_tokens", None)
     if n is not None:
@@ -358,13 +497,19 @@ def _batch_tokens(batch: object) -> int:
     return 0
 
 
-def _world_size() -> int:
-    """The number of processes in `torch.distributed`'s group, 1 without one."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+def is_distributed() -> bool:
+    """Whether this process is in an initialised `torch.distributed` process group."""
+    return dist.is_available() and dist.is_initialized()
 
 
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+def world_size() -> int:
+    """The number of processes in the group, 1 outside a process group."""
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def rank() -> int:
+    """This process's rank, 0 outside a process group."""
+    return dist.get_rank() if is_distributed() else 0
 
 
 def _token_weights(counts: list[int], device: torch.device) -> list[float]:
@@ -373,7 +518,7 @@ def _token_weights(counts: list[int], device: torch.device) -> list[float]:
     `n_i * P / N` with N all-reduced. In one process, equal weights `1 / len(counts)` when a
     batch has no token count; across processes that would be the mean of per-worker means.
     """
-    world = _world_size()
+    world = world_size()
     if not all(counts):
         if world > 1:
             raise ValueError(
@@ -391,7 +536,7 @@ def _token_weights(counts: list[int], device: torch.device) -> list[float]:
 
 def _any_worker(flag: bool, device: torch.device) -> bool:
     """`flag` or-ed over the workers, so they all stop at the same step (else a hang)."""
-    if _world_size() == 1:
+    if world_size() == 1:
         return flag
     t = torch.tensor(float(flag), device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -436,7 +581,7 @@ class _LogWindow:
         Under a process group the losses are averaged and the tokens summed over the workers
         (a collective: every worker closes its window at the same step).
         """
-        world = _world_size()
+        world = world_size()
         if world > 1:
             both = torch.stack(  # float64: token counts stay exact past 2^24
                 [
@@ -507,6 +652,77 @@ def _check_train_args(
         raise ValueError(f"eval_fn must be callable (model, step) -> dict, got {eval_fn!r}")
 
 
+def _check_checkpoint_args(
+    checkpoint: object, checkpoint_every: object, resume: object, batches: object
+) -> Path | None:
+    check_optional_positive_int("checkpoint_every", checkpoint_every)
+    if not isinstance(resume, bool):
+        raise ValueError(f"resume must be a bool, got {resume!r}")
+    if checkpoint is None:
+        if checkpoint_every is not None or resume:
+            raise ValueError("checkpoint_every and resume need a checkpoint path")
+        return None
+    if not isinstance(checkpoint, str | Path):
+        raise ValueError(f"checkpoint must be a file path, got {type(checkpoint).__name__}")
+    _check_resumable(batches)
+    return Path(checkpoint)
+
+
+def _snapshot(
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batches: Any,
+    history: History,
+    window: _LogWindow,
+    accumulate: int,
+) -> dict[str, Any]:
+    """Everything the next step depends on, to resume from the end of `step`."""
+    return {
+        "step": step,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "rng": _rng_state(),
+        "stream": batches.state_dict(),
+        "history": history.to_dict(),
+        "window": {
+            "loss_sum": window.loss_sum.cpu(),
+            "steps": window.steps,
+            "tokens": window.tokens,
+        },  # fmt: skip
+        "signature": _model_signature(model),
+        "world": world_size(),
+        "accumulate": accumulate,
+    }
+
+
+def _resume(
+    path: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    batches: Any,
+    window: _LogWindow,
+    accumulate: int,
+) -> tuple[int, History]:
+    """Load the state saved at `path` into this run's objects; return its step and history."""
+    state = _load_train_state(path, model, world_size(), accumulate)
+    if (state["scheduler"] is None) != (scheduler is None):
+        raise ValueError(f"{path} was saved {'without' if scheduler else 'with'} a scheduler")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    if scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    batches.load_state_dict(state["stream"])
+    _set_rng_state(state["rng"])
+    saved = state["window"]
+    window.loss_sum = saved["loss_sum"].to(window.device)
+    window.steps, window.tokens = saved["steps"], saved["tokens"]
+    return state["step"], History(**state["history"])
+
+
 def train(
     model: nn.Module,
     batches: Iterator[Any],
@@ -523,6 +739,9 @@ def train(
     eval_every: int | None = None,
     progress: bool = True,
     accumulate: int = 1,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
 ) -> History:
     """Train `model` for `steps` optimizer steps; return the `History`.
 
@@ -536,6 +755,13 @@ def train(
     weighted by its share of all the step's tokens, so the step is that of the mean over every
     token, not a mean of per-batch means. Only rank 0 shows the bar and evaluates (on the
     unwrapped model); the history's losses are averaged over the workers.
+
+    `checkpoint` (a file path) makes the run resumable: every `checkpoint_every` steps, when
+    `max_seconds` runs out and after the last step, the loop writes the model, optimizer,
+    scheduler, random number generators, the stream's position and the history there
+    (one file per worker under torch.distributed). With `resume=True` and that file present,
+    the run goes on from it: the weights after `steps` are those of an uninterrupted run.
+    `batches` must then be resumable (`ResumableStream`).
     """
     _check_train_args(
         model,
@@ -549,7 +775,8 @@ def train(
         eval_every,
         accumulate,
     )
-    world, main = _world_size(), _rank() == 0
+    path = _check_checkpoint_args(checkpoint, checkpoint_every, resume, batches)
+    world, main = world_size(), rank() == 0
     weighted = world > 1 or accumulate > 1  # else the one batch's mean is the step's loss
     ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
     inner: nn.Module = model if ddp is None else ddp.module
@@ -578,6 +805,20 @@ def train(
     started = time.perf_counter()
     window = _LogWindow(device, opened=started)
     step = 0
+    if path is not None:
+        path = _state_path(path, rank(), world)
+        if resume and path.exists():
+            step, history = _resume(path, inner, optimizer, scheduler, batches, window, accumulate)
+            started -= history.elapsed_s[-1] if history.elapsed_s else 0.0
+            bar.update(step)
+
+    def save() -> None:  # the whole state at the end of `step`
+        if path is not None:
+            _save_train_state(
+                path,
+                _snapshot(step, inner, optimizer, scheduler, batches, history, window, accumulate),
+            )
+
     lr = float(optimizer.param_groups[0]["lr"])
     try:
         while step < steps:
@@ -630,7 +871,10 @@ def train(
                 window.eval_s += _evaluate(inner, eval_fn, step, history)  # type: ignore[arg-type]
             if out_of_time:
                 history.stop_reason = "time"
+                save()
                 break
+            if checkpoint_every is not None and step % checkpoint_every == 0:
+                save()
         if window.steps:  # the iterator ran out between log steps
             window.close(history, step, lr, started)
         if (
@@ -640,6 +884,8 @@ def train(
             and (not history.evals or history.evals[-1]["step"] != step)
         ):
             _evaluate(inner, eval_fn, step, history)  # always after the last step
+        if history.stop_reason in ("steps", "data") and step > 0:
+            save()
     finally:
         bar.close()
         model.train(was_training)

@@ -42,7 +42,13 @@ from utils.corpora import DATA_DIR, VersePair, load_parallel_verses
 from utils.data import make_batch
 from utils.distributed import DistributedBucketSampler
 from utils.model import Transformer, TransformerConfig
-from utils.training import paper_adam, seq2seq_loss, train, warmup_linear_decay
+from utils.training import (
+    ResumableStream,
+    paper_adam,
+    seq2seq_loss,
+    train,
+    warmup_linear_decay,
+)
 from utils.translation import (
     TokenCounter,
     batch_stream,
@@ -95,7 +101,22 @@ def main(argv: list[str] | None = None) -> None:
         "to this directory (utils.translation.save_translator: a checkpoint with float16 "
         "weights, tested in float16)",
     )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="write a training checkpoint here every --checkpoint-every steps and at the end "
+        "(one file per process under torchrun)",
+    )
+    parser.add_argument("--checkpoint-every", type=int, default=500)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from --checkpoint if it exists (the run ends as an uninterrupted one)",
+    )
     args = parser.parse_args(argv)
+    if args.resume and args.checkpoint is None:
+        parser.error("--resume needs --checkpoint")
 
     utils.setup(seed=0)
     device = utils.get_device()
@@ -136,25 +157,29 @@ def main(argv: list[str] | None = None) -> None:
     scheduler = warmup_linear_decay(optimizer, args.warmup, args.steps)
     if world > 1:
         torch.manual_seed(1 + rank)  # same weights (seeded above), other dropout per worker
-        lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
-        sampler = DistributedBucketSampler(lengths, args.max_tokens, rank, world, seed=0)
-        shards = (make_batch([(src_ids[i], tgt_ids[i]) for i in idx]) for idx in sampler.stream())
-        stream = TokenCounter(shards)
-    else:
-        stream = TokenCounter(batch_stream(src_ids, tgt_ids, args.max_tokens))
-    rows: list[dict] = []
+    lengths = [max(len(s), len(t) + 1) for s, t in zip(src_ids, tgt_ids, strict=True)]
+
+    def batches() -> TokenCounter:  # the same batches every call: a resumed run skips ahead
+        if world > 1:
+            sampler = DistributedBucketSampler(lengths, args.max_tokens, rank, world, seed=0)
+            ids = sampler.stream()
+            return TokenCounter(make_batch([(src_ids[i], tgt_ids[i]) for i in idx]) for idx in ids)
+        return TokenCounter(batch_stream(src_ids, tgt_ids, args.max_tokens))
+
+    stream = ResumableStream(batches)
     start = time.perf_counter()
 
     test_hyps: dict[str, list[str]] = {}
 
     def record(step: int, split: str, decoder: str, pairs: Sequence[VersePair], beam: int) -> dict:
+        """Translate `pairs`, score them: a CSV row (dev rows also go to the train history)."""
         hyps = translate_all(model, tok, [p.es for p in pairs], beam_size=beam)
         if split == "test":
             test_hyps[decoder] = hyps
         scores = corpus_scores(hyps, [p.en for p in pairs])
         row = {
             "step": step,
-            "train_tokens": stream.tokens * world,
+            "train_tokens": stream.source.tokens * world,
             "split": split,
             "decoder": decoder,
             "n_verses": len(pairs),
@@ -165,11 +190,10 @@ def main(argv: list[str] | None = None) -> None:
             "bleu_signature": scores.bleu_signature,
             "chrf_signature": scores.chrf_signature,
         }
-        rows.append(row)
         say(row, flush=True)
-        return {"bleu": scores.bleu}
+        return row
 
-    train(
+    history = train(
         model if world == 1 else DistributedDataParallel(model),
         stream,
         seq2seq_loss(0.1),
@@ -181,7 +205,11 @@ def main(argv: list[str] | None = None) -> None:
         progress=False,
         eval_fn=lambda m, step: record(step, "dev", "greedy", dev_set, 1),
         eval_every=args.eval_every,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every if args.checkpoint is not None else None,
+        resume=args.resume,
     )
+    rows: list[dict] = [dict(r) for r in history.evals]  # a resumed run's come from its checkpoint
     model.eval()
     if world > 1:
         dist.destroy_process_group()
@@ -193,8 +221,8 @@ def main(argv: list[str] | None = None) -> None:
             for p in model.parameters():
                 p.copy_(p.half().float())
     with torch.no_grad():
-        record(args.steps, "test", "greedy", test_set, 1)
-        record(args.steps, "test", "beam4", test_set, 4)
+        rows.append(record(args.steps, "test", "greedy", test_set, 1))
+        rows.append(record(args.steps, "test", "beam4", test_set, 4))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
