@@ -185,7 +185,5 @@ class MultiHeadAttention(nn.Module):
                 q = self.project(query, "q")
             return self.attend(q, cache.k, cache.v, mask)
         q, k, v = self.project_qkv(query, key, value)
-        if cache.k is not None and cache.v is not None:
-            k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
-        cache.k, cache.v = k, v
+        k, v = cache.append(k, v)
         return self.attend(q, k, v, mask)

@@ -31,6 +31,14 @@ class AttentionCache:
         shape = None if self.k is None else tuple(self.k.shape)
         return f"AttentionCache(static={self.static}, k={shape})"
 
+    def append(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Add this step's keys and values `(B, heads, t, d)` after the cached ones (on the
+        sequence axis, dim 2); return all of them, `(B, heads, cached + t, d)`."""
+        if self.k is not None and self.v is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
 
 class KVCache:
     """The cache of a decoder stack: one `AttentionCache` per attention block.

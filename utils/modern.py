@@ -298,9 +298,7 @@ class GroupedQueryAttention(nn.Module):
         v = self.heads(x, self.w_v, self.n_kv_heads)
         q, k = self.rotary(q, k, offset)
         if cache is not None:
-            if cache.k is not None and cache.v is not None:
-                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
-            cache.k, cache.v = k, v
+            k, v = cache.append(k, v)
         if self.fused:  # PyTorch's kernel, which the notebook shows equal to the lines below
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         else:
