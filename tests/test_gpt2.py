@@ -121,31 +121,30 @@ def test_kv_cache_agrees_layer_by_layer() -> None:
         assert (block.v - past.layers[i].values).abs().max().item() < 1e-5
 
 
-@pytest.mark.parametrize("tied", [True, False])
-@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
-def test_export_of_a_book_model_keeps_its_distribution(tied: bool, positional: str) -> None:
-    # notebook 13's kind of model: √d-scaled lookup, output bias, ReLU; vocabulary <= d_model
+def exported_gap(**fields) -> tuple[GPT2LMHeadModel, float]:
+    """A small book GPT (every parameter perturbed, a random output bias) exported to GPT-2:
+    the export and the max |log-probability difference| on random tokens."""
     torch.manual_seed(0)
-    config = GPTConfig(
-        vocab_size=20,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        max_len=16,
-        tie_embeddings=tied,
-        positional=positional,
-    )
+    config = GPTConfig(vocab_size=20, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=16,
+                       **fields)  # fmt: skip
     ours = GPT(config).eval()
     perturb(ours)
     with torch.no_grad():
         ours.generator.proj.bias.normal_()
     hf = gpt_to_hf(ours)
-    assert hf.config.activation_function == "relu"
-    assert (hf.lm_head.weight is hf.transformer.wte.weight) == tied
     x = torch.randint(0, 20, (2, 16))
     with torch.no_grad():
         gap = (hf(x).logits.log_softmax(-1) - ours(x).log_softmax(-1)).abs().max().item()
+    return hf, gap
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_export_of_a_book_model_keeps_its_distribution(tied: bool, positional: str) -> None:
+    # notebook 13's kind of model: √d-scaled lookup, output bias, ReLU; vocabulary <= d_model
+    hf, gap = exported_gap(tie_embeddings=tied, positional=positional)
+    assert hf.config.activation_function == "relu"
+    assert (hf.lm_head.weight is hf.transformer.wte.weight) == tied
     assert gap < 1e-5
 
 
@@ -157,23 +156,7 @@ def test_export_maps_activation_and_norm_eps(activation: str, hf_activation: str
     # the export's config mapping: each activation, and a LayerNorm eps other than 1e-5 (at
     # 1e-5 a dropped eps would be invisible). The log-probabilities are compared first, so a
     # wrong mapping fails on what the model computes, not only on a config field.
-    torch.manual_seed(0)
-    config = GPTConfig(
-        vocab_size=20,
-        d_model=32,
-        n_heads=4,
-        d_ff=64,
-        n_layers=2,
-        max_len=16,
-        activation=activation,
-        norm_eps=1e-2,
-    )
-    ours = GPT(config).eval()
-    perturb(ours)
-    hf = gpt_to_hf(ours)
-    x = torch.randint(0, 20, (2, 16))
-    with torch.no_grad():
-        gap = (hf(x).logits.log_softmax(-1) - ours(x).log_softmax(-1)).abs().max().item()
+    hf, gap = exported_gap(activation=activation, norm_eps=1e-2)
     assert gap < 1e-5
     assert hf.config.activation_function == hf_activation
     assert hf.config.layer_norm_epsilon == 1e-2
