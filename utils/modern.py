@@ -119,7 +119,7 @@ def rotate_half(x: Tensor) -> Tensor:
     """`(..., d)` -> `(..., d)`: `[x1, x2]` -> `[-x2, x1]`, halves of the last dim.
 
     Pairs feature i with feature i + d/2 (Hugging Face's / GPT-NeoX's layout), not 2i with
-    2i + 1 (the paper's interleaved layout); the two differ by a fixed permutation of the
+    2i + 1 (RoFormer's interleaved layout, Su et al.); the two differ by a fixed permutation of the
     features of W_q and W_k (notebook 16, section 2.3).
     """
     half = x.shape[-1] // 2
