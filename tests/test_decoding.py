@@ -478,3 +478,23 @@ def test_a_filled_cross_attention_cache_refuses_another_memory() -> None:
         model.decode(torch.full((1, 1), 5), memory[1:], cache=cache)
         with pytest.raises(ValueError, match="cross-attention keys of another memory"):
             model.decode(torch.full((1, 1), 5), memory[:1], cache=cache)
+
+
+def test_a_prompt_built_on_the_cpu_decodes_on_the_scorers_device() -> None:
+    """Greedy search and beam search move the prefix to the scorer's `device` (a model on the
+    GPU, a prompt from the CPU; checked on a GPU by tools/book/run_cells.py). Here the
+    scorer lives on PyTorch's `meta` device, which has shapes but no values."""
+
+    class MetaScorer:
+        device = torch.device("meta")
+        max_positions = 16
+
+        def next_logits(self, prefix: torch.Tensor) -> torch.Tensor:
+            assert prefix.device.type == "meta"  # the prefix was moved before any step
+            return torch.zeros(prefix.shape[0], 5, device="meta")
+
+        def reorder(self, index: torch.Tensor) -> None:
+            pass
+
+    out = greedy_search(MetaScorer(), bos(3), 6, eos_id=None)
+    assert out.device.type == "meta" and out.shape == (3, 6)

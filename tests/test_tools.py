@@ -240,3 +240,32 @@ def test_no_notebook_writes_a_figure_into_the_repository():
         if cell.cell_type == "code" and "savefig(" in cell.source
     ]
     assert writers == []
+
+
+@pytest.mark.slow
+def test_run_cells_reports_each_failing_cell_and_goes_on(tmp_path):
+    """tools/book/run_cells.py (the GPU check): a failed assert is one failure, later cells
+    still run, nbval's skipped cells are skipped, and `--cpu-to` moves pinned devices."""
+    import json
+
+    notebook = make_notebook(
+        tmp_path / "nb.ipynb",
+        [
+            new_code_cell("x = 1"),
+            new_code_cell("assert x == 2, 'x is 1'"),
+            new_code_cell("# NBVAL_SKIP\nraise SystemExit"),
+            new_code_cell('y = dict(device="cpu")["device"]'),
+            new_code_cell("assert y == 'meta'"),
+        ],
+    )
+    report = tmp_path / "report.json"
+    command = [sys.executable, str(ROOT / "tools" / "book" / "run_cells.py"), "--cpu-to", "meta"]
+    done = subprocess.run(
+        [*command, "--json", str(report), str(notebook)], capture_output=True, text=True
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    cells = json.loads(report.read_text())[0]["cells"]
+    assert [c["status"] for c in cells] == ["ok", "failed", "skipped", "ok", "ok"]
+    assert cells[1]["error"] == "AssertionError: x is 1"
+    assert [c["device_changed"] for c in cells] == [False, False, False, True, False]
+    assert "1/5 cells" not in done.stdout and "3/5 cells ran" in done.stdout

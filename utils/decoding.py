@@ -122,6 +122,9 @@ class Seq2SeqScorer:
                 f"{model.config.max_len} (its positional table)"
             )
         self.model = model
+        self.device = next(model.parameters()).device  # inputs built on the CPU move here
+        src = src.to(self.device)
+        src_mask = None if src_mask is None else src_mask.to(self.device)
         self.src_mask = (
             model.make_src_mask(src)
             if src_mask is None
@@ -149,7 +152,9 @@ class Seq2SeqScorer:
             self.cache.reorder(index)
 
 
-def _check_prefix(prefix: Tensor, max_len: int, scorer: Scorer) -> None:
+def _check_prefix(prefix: Tensor, max_len: int, scorer: Scorer) -> Tensor:
+    """Validate the settings; return `prefix` on the scorer's model's device (a prompt built
+    on the CPU decodes with a model on the GPU, and the result comes back on that device)."""
     if not all(callable(getattr(scorer, name, None)) for name in ("next_logits", "reorder")):
         raise ValueError(
             "scorer must have next_logits(prefix) and reorder(index) (a Scorer: wrap a model in "
@@ -170,6 +175,7 @@ def _check_prefix(prefix: Tensor, max_len: int, scorer: Scorer) -> None:
         raise ValueError(
             f"max_len={max_len} exceeds the {limit} positions of the model's positional table"
         )
+    return prefix.to(getattr(scorer, "device", prefix.device))
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -224,7 +230,7 @@ def greedy_search(
     spending work on it); the rest go on. Returns `(B, L)`: the prefix, the generated
     tokens (with `<eos>`), then `pad_id` up to the longest sequence, L <= max_len.
     """
-    _check_prefix(prefix, max_len, scorer)
+    prefix = _check_prefix(prefix, max_len, scorer)
     return _generate(scorer, prefix, max_len, eos_id, pad_id, lambda logits: logits.argmax(-1))
 
 
@@ -261,7 +267,7 @@ def beam_search(
 
     Returns, per sentence, the `n_best` best `Hypothesis`es, best first.
     """
-    _check_prefix(prefix, max_len, scorer)
+    prefix = _check_prefix(prefix, max_len, scorer)
     check_positive_int("beam_size", beam_size)
     check_positive_int("n_best", n_best)
     if n_best > beam_size:
@@ -376,10 +382,12 @@ def sample(
     """
     check_positive_float("temperature", temperature)
     filter_logits(torch.zeros(1, 2), top_k, top_p)  # validate the settings before any work
-    _check_prefix(prefix, max_len, scorer)
+    prefix = _check_prefix(prefix, max_len, scorer)
 
     def draw(logits: Tensor) -> Tensor:
         probs = filter_logits(logits.float() / temperature, top_k, top_p).softmax(dim=-1)
+        if rng is not None and rng.device != probs.device:  # a CPU generator, a GPU model
+            return torch.multinomial(probs.cpu(), 1, generator=rng).squeeze(1).to(probs.device)
         return torch.multinomial(probs, 1, generator=rng).squeeze(1)
 
     return _generate(scorer, prefix, max_len, eos_id, pad_id, draw)
@@ -416,7 +424,7 @@ def translate(
         max_len = min(src.shape[-1] + 50, config.max_len) if isinstance(src, Tensor) else 0
     with evaluation(model):
         scorer = Seq2SeqScorer(model, src, src_mask, use_cache=use_cache)
-        prefix = torch.full((src.shape[0], 1), config.bos_id, dtype=torch.long, device=src.device)
+        prefix = torch.full((src.shape[0], 1), config.bos_id, dtype=torch.long)
         if beam_size == 1:
             out = greedy_search(scorer, prefix, max_len, config.eos_id, config.pad_id)
             return [strip_special(row, config.bos_id, config.eos_id, config.pad_id) for row in out]

@@ -177,6 +177,7 @@ class LMScorer:
         self.model = model
         self.use_cache = use_cache
         self.max_positions = model.config.max_len
+        self.device = next(model.parameters()).device  # where a prompt is moved
         self.cache = model.init_cache() if use_cache else None
         self.start = 0
 

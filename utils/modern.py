@@ -485,6 +485,7 @@ class ModernScorer:
             raise ValueError(f"model must be a utils.modern.ModernLM, got {type(model).__name__}")
         check_eval_mode(model)
         self.model = model
+        self.device = next(model.parameters()).device  # where a prompt is moved
         self.max_positions = model.config.max_len
         self.cache = model.init_cache() if use_cache else None
 
