@@ -56,8 +56,11 @@ def test_flash_refuses_dropout_rather_than_ignoring_it() -> None:
     mha.eval()(x, x, x)  # no dropout in evaluation: allowed
 
 
-def _losses(model: torch.nn.Module, batches: list, loss_fn, backend: str) -> list[float]:
-    model = use_attention_backend(copy.deepcopy(model), backend).train()
+def _losses(
+    model: torch.nn.Module, batches: list, loss_fn, backend: str, device: str = "cpu"
+) -> list[float]:
+    model = use_attention_backend(copy.deepcopy(model), backend).to(device).train()
+    batches = [tuple(t.to(device) for t in batch) for batch in batches]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     losses = []
     for batch in batches * 2:  # each batch twice: the loss must fall on the second pass
@@ -99,13 +102,17 @@ def _families() -> list[tuple[str, torch.nn.Module, list, object]]:
     ]
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # the GPU when present
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["GPT", "ModernLM", "Transformer"])
-def test_every_family_trains_to_the_same_losses_on_every_backend(family: str) -> None:
+def test_every_family_trains_to_the_same_losses_on_every_backend(family: str, device: str) -> None:
     """Four SGD steps (two batches, twice) from the same weights: the loss curves agree to
     float32 rounding, so the fused and tiled kernels are usable inside the models, gradients
     included."""
     name, model, batches, loss_fn = next(f for f in _families() if f[0] == family)
-    curves = {b: _losses(model, batches, loss_fn, b) for b in BACKENDS}
+    curves = {b: _losses(model, batches, loss_fn, b, device) for b in BACKENDS}
     for backend in ("sdpa", "flash"):
         gap = max(abs(a - b) for a, b in zip(curves[backend], curves["readable"], strict=True))
         assert gap < 1e-5, (name, backend, curves)
