@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from utils.attention import MultiHeadAttention
-from utils.fast import FastDropout, FastLayerNorm, FastMultiHeadAttention, use_fast_path
+from utils.fast import FastDropout, FastLayerNorm, use_fast_path
 from utils.layers import LayerNorm
 from utils.model import Transformer, TransformerConfig
 
@@ -44,26 +44,34 @@ def test_fast_path_equals_readable_path_outputs_and_gradients(norm_first: bool) 
 
 
 def test_use_fast_path_switches_every_block_and_the_config_builds_it() -> None:
+    """Attention modules get the "sdpa" backend (an attribute, not a class swap); LayerNorm
+    and Dropout their fast subclasses; the state dict never changes."""
     config = TransformerConfig(10, 10, d_model=16, n_heads=2, d_ff=32, n_layers=2)
     torch.manual_seed(0)
     model = Transformer(config)
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    kinds = (MultiHeadAttention, LayerNorm, nn.Dropout)
+    kinds = (LayerNorm, nn.Dropout)
     readable = [type(m) for m in model.modules() if type(m) in kinds]
-    assert len(readable) == 6 + 10 + 16  # attention blocks, LayerNorms, dropouts
+    assert len(readable) == 10 + 16  # LayerNorms, dropouts
+    attention = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    assert len(attention) == 6 and {m.backend for m in attention} == {"readable"}
     use_fast_path(model)
-    fast = (FastMultiHeadAttention, FastLayerNorm, FastDropout)
+    fast = (FastLayerNorm, FastDropout)
     assert [type(m) for m in model.modules() if type(m) in fast] == [
         dict(zip(kinds, fast, strict=True))[t] for t in readable
     ]
     assert not any(type(m) in kinds for m in model.modules())
+    assert {type(m) for m in attention} == {MultiHeadAttention}
+    assert {m.backend for m in attention} == {"sdpa"}
     use_fast_path(model, False)
     assert [type(m) for m in model.modules() if type(m) in kinds] == readable
+    assert {m.backend for m in attention} == {"readable"}
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
     torch.manual_seed(0)
     built = Transformer(config.replace(fused=True))  # same draws, same weights
     assert all(torch.equal(v, state[k]) for k, v in built.state_dict().items())
     assert not any(type(m) in kinds for m in built.modules())
+    assert {m.backend for m in built.modules() if isinstance(m, MultiHeadAttention)} == {"sdpa"}
     with pytest.raises(ValueError, match="enabled must be a bool"):
         use_fast_path(model, "yes")  # type: ignore[arg-type]
 

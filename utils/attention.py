@@ -6,13 +6,27 @@ Shapes follow the book's conventions: batch first, `(batch, seq, d_model)`; head
 
 `scaled_dot_product_attention` is a public entry point: it checks its inputs and masks
 (`ValueError` saying what was expected and what came). `MultiHeadAttention` trusts its
-caller: the stacks of `utils.model` check inputs and masks once, at the door. The fast path
-(packed projections, PyTorch's fused kernel) lives in `utils.fast`.
+caller: the stacks of `utils.model` check inputs and masks once, at the door.
+
+One seam for every attention module of the book: `attend(q, k, v, mask, dropout_p, backend)`.
+Both `MultiHeadAttention` and `utils.modern.GroupedQueryAttention` call it, with the backend
+named by their `backend` attribute, which `use_attention_backend(model, name)` sets on every
+such module of a model at once (nothing else changes: same parameters, same state dict).
+The backends compute the same function within float rounding:
+
+- `"readable"` (here): the book's `unchecked_attention`, which also returns the weights;
+- `"sdpa"` (`utils.fast`, notebook 14): PyTorch's fused `F.scaled_dot_product_attention`;
+- `"flash"` (`utils.flash`, notebook 14): the book's tiled attention with the online softmax.
+
+A backend is registered by the module that defines it (`register_backend`), so the imports
+still point backwards in the reading order: `"sdpa"` and `"flash"` exist once `utils.fast`
+and `utils.flash` are imported (the models import `utils.fast` themselves).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +38,13 @@ from utils.checks import check_dropout, check_head_dims, check_mask, check_qkv
 __all__ = [
     "scaled_dot_product_attention",
     "unchecked_attention",
+    "attend",
+    "register_backend",
+    "check_backend",
+    "use_attention_backend",
     "split_heads",
     "merge_heads",
+    "packed_projection",
     "MultiHeadAttention",
 ]
 
@@ -85,6 +104,65 @@ def unchecked_attention(
     return attn @ value, weights
 
 
+# a backend: (q, k, v, mask, dropout_p) -> (output, weights or None); k and v have as many
+# heads as q unless the backend handles grouped heads itself (its attribute `grouped`)
+Backend = Callable[[Tensor, Tensor, Tensor, Tensor | None, float], tuple[Tensor, Tensor | None]]
+BACKENDS: dict[str, Backend] = {"readable": unchecked_attention}
+_DEFINED_IN = {"sdpa": "utils.fast", "flash": "utils.flash"}
+
+
+def register_backend(name: str, backend: Backend) -> None:
+    """Make `backend` available to `attend` (and the models) as `name`."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a backend's name must be a non-empty str, got {name!r}")
+    BACKENDS[name] = backend
+
+
+def check_backend(backend: object) -> str:
+    """`backend` if it names a registered backend, else a `ValueError` listing them."""
+    if isinstance(backend, str) and backend in BACKENDS:
+        return backend
+    hint = ""
+    if isinstance(backend, str) and backend in _DEFINED_IN:
+        hint = f" ({backend!r} is defined in {_DEFINED_IN[backend]}: import it first)"
+    raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}{hint}")
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    backend: str = "readable",
+) -> tuple[Tensor, Tensor | None]:
+    """Attention over heads, by the named backend; inputs are not checked (callers check at
+    their door). q `(B, h, T, d_k)`, k `(B, h_kv, S, d_k)`, v `(B, h_kv, S, d_v)` with `h` a
+    multiple of `h_kv` (grouped-query attention: each key/value head serves `h / h_kv` query
+    heads), mask bool broadcastable to `(B, h, T, S)`. Returns the output `(B, h, T, d_v)` and
+    the weights `(B, h, T, S)` before dropout (`"readable"`; `None` from the fused backends,
+    which never build them). A fully masked query row gives output 0 on every backend.
+    """
+    fn = BACKENDS.get(backend)  # a dict lookup per call; the checks run on a miss only
+    if fn is None:
+        fn = BACKENDS[check_backend(backend)]  # raises, naming the registered backends
+    groups = q.shape[-3] // k.shape[-3]
+    if groups > 1 and not getattr(fn, "grouped", False):  # one copy per query head
+        k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
+    return fn(q, k, v, mask, dropout_p)
+
+
+def use_attention_backend(module: nn.Module, backend: str) -> nn.Module:
+    """Set the backend of every attention module inside `module` (those with a `backend`
+    attribute: `MultiHeadAttention`, `GroupedQueryAttention`), in place; returns `module`.
+    Parameters, buffers and state-dict keys do not change."""
+    check_backend(backend)
+    for m in module.modules():
+        if isinstance(getattr(m, "backend", None), str):
+            setattr(m, "backend", backend)  # noqa: B010  (any module with the attribute)
+    return module
+
+
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """`(B, S, h*d) -> (B, h, S, d)`: cut the feature dim into `n_heads` consecutive slices.
 
@@ -92,6 +170,19 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """
     batch, seq, features = x.shape
     return x.view(batch, seq, n_heads, features // n_heads).transpose(1, 2)
+
+
+def packed_projection(
+    x: Tensor, linears: tuple[nn.Linear, ...], n_heads: int
+) -> tuple[Tensor, ...]:
+    """The projections `linears` of the same `x (B, S, d_model)` as one matrix product, as
+    heads `(B, h, S, d)`: `[W_1; W_2; ...]` stacked is one linear map."""
+    weight = torch.cat([linear.weight for linear in linears])
+    bias = None
+    if linears[0].bias is not None:
+        bias = torch.cat([linear.bias for linear in linears])
+    outs = F.linear(x, weight, bias).split([linear.out_features for linear in linears], dim=-1)
+    return tuple(split_heads(out, n_heads) for out in outs)
 
 
 def merge_heads(x: Tensor) -> Tensor:
@@ -110,11 +201,15 @@ class MultiHeadAttention(nn.Module):
     weights (training only), the last weights kept for plotting, and a key/value cache.
 
     Shapes: query `(B, T, d_model)`, key and value `(B, S, d_model)`, mask bool broadcastable
-    to `(B, h, T, S)` -> `(B, T, d_model)`. Inputs are not checked here: the stacks of
-    `utils.model` check them once. Used alone, a mask of the wrong shape may broadcast and a
-    cross-attention cache is reused for any memory; check by hand (`utils.checks.check_mask`)
-    when experimenting. `attn_weights` holds the last weights `(B, h, T, S)`, detached, before
-    dropout, if `need_weights` (else `None`).
+    to `(B, h, T, S)` -> `(B, T, d_model)`. `backend` names how `attend` computes the
+    attention ("readable", "sdpa", "flash"; set it with `use_attention_backend`); on any
+    backend but the readable one, self-attention projects Q, K and V with one matrix product
+    (the three weights stacked, as `nn.MultiheadAttention` stores them). Inputs are not
+    checked here: the stacks of `utils.model` check them once. Used alone, a mask of the
+    wrong shape may broadcast and a cross-attention cache is reused for any memory; check by
+    hand (`utils.checks.check_mask`) when experimenting. `attn_weights` holds the last
+    weights `(B, h, T, S)`, detached, before dropout, if `need_weights` and the backend
+    builds them (else `None`).
     """
 
     def __init__(
@@ -137,6 +232,7 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(d_model, n_heads * self.d_v, bias=bias)
         self.w_o = nn.Linear(n_heads * self.d_v, d_model, bias=bias)
         self.attn_weights: Tensor | None = None
+        self.backend = "readable"  # a runtime choice, not a parameter: not in the state dict
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, d_v={self.d_v}"
@@ -147,12 +243,21 @@ class MultiHeadAttention(nn.Module):
 
     def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
         """Heads q `(B, h, T, d_k)`, k `(B, h, S, d_k)`, v `(B, h, S, d_v)` of the inputs."""
+        if self.backend != "readable" and key is value:  # speed: one product, same function
+            if query is key:  # self-attention: Q, K and V at once
+                return packed_projection(query, (self.w_q, self.w_k, self.w_v), self.n_heads)
+            return (
+                self.project(query, "q"),
+                *packed_projection(key, (self.w_k, self.w_v), self.n_heads),
+            )
         return self.project(query, "q"), self.project(key, "k"), self.project(value, "v")
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
         """Attention over the heads `q, k, v`, then merge and `w_o` -> `(B, T, d_model)`."""
-        out, weights = unchecked_attention(q, k, v, mask, self.dropout if self.training else 0.0)
-        self.attn_weights = weights.detach() if self.need_weights else None
+        dropout = self.dropout if self.training else 0.0
+        out, weights = attend(q, k, v, mask, dropout, self.backend)
+        kept = weights if self.need_weights else None  # the fused backends return None
+        self.attn_weights = None if kept is None else kept.detach()
         return self.w_o(merge_heads(out))
 
     def forward(

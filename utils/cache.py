@@ -10,9 +10,9 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from utils.checks import check_positive_int
+from utils.checks import check_positive_int, check_tokens
 
-__all__ = ["AttentionCache", "KVCache"]
+__all__ = ["AttentionCache", "KVCache", "check_lm_input"]
 
 
 class AttentionCache:
@@ -139,3 +139,23 @@ class KVCache:
             f"KVCache(layers={len(self.self_attn)}, cross={bool(self.cross_attn)}, "
             f"length={self.length}, batch_size={self.batch_size})"
         )
+
+
+def check_lm_input(
+    tokens: object, cache: object, vocab_size: int, max_len: int, n_layers: int
+) -> int:
+    """The door of a decoder-only model's `forward(tokens, cache)` (`utils.gpt.GPT`,
+    `utils.modern.ModernLM`): `cache` is `None` or a `KVCache` of this batch and depth,
+    `tokens (B, T)` are ids in `[0, vocab_size)` with `T >= 1` that fit in `max_len` positions
+    after the cached ones. Returns the position of the first new token (`cache.length`, or 0).
+    """
+    if cache is not None and not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
+    offset = 0 if cache is None else cache.length
+    check_tokens(tokens, vocab_size, max_len, offset=offset)
+    assert isinstance(tokens, Tensor)  # check_tokens said so
+    if tokens.shape[1] == 0:
+        raise ValueError(f"tokens must hold at least one position, got shape {tuple(tokens.shape)}")
+    if cache is not None:
+        cache.check(tokens.shape[0], n_layers, cross=False)
+    return offset

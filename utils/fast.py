@@ -2,16 +2,17 @@
 
 The teaching modules (`utils.attention.MultiHeadAttention`, `utils.layers.LayerNorm`,
 `nn.Dropout` inside them) are written to be read. Training runs the same functions faster:
-`use_fast_path(model)` switches every such module inside `model`, in place, to a subclass
-here that overrides `forward` (or the projection and attention steps) only, so parameters,
-state-dict keys and the random draws at construction are those of the teaching model, and
-`use_fast_path(model, False)` switches back. `TransformerConfig(fused=True)` and
-`GPTConfig(fused=True)` build the model on it.
+`use_fast_path(model)` gives every attention module inside `model` the `"sdpa"` backend and
+switches every `LayerNorm` and `nn.Dropout`, in place, to a subclass here that overrides
+`forward` only, so parameters, state-dict keys and the random draws at construction are
+those of the teaching model; `use_fast_path(model, False)` switches back.
+`TransformerConfig(fused=True)`, `GPTConfig(fused=True)` and `ModernConfig(fused=True)` build
+the model on it.
 
-- `FastMultiHeadAttention`: self-attention projects Q, K and V with *one* matrix product (the
-  three weights concatenated, as `nn.MultiheadAttention` stores them; cross-attention packs
-  K and V), and attention runs in PyTorch's fused kernel `F.scaled_dot_product_attention`,
-  which never materialises the weights: `attn_weights` stays `None`.
+- `fused_attention`, registered as `utils.attention.attend`'s backend `"sdpa"`: PyTorch's
+  fused kernel `F.scaled_dot_product_attention`, which never materialises the weights
+  (`attn_weights` stays `None`); on this backend `MultiHeadAttention` also projects Q, K and
+  V of self-attention with *one* matrix product (cross-attention packs K and V).
 - `FastLayerNorm`: `F.layer_norm`, one kernel instead of the six elementwise passes.
 - `FastDropout`: on a CPU the mask is drawn from 16-bit random integers (below); elsewhere
   it is `F.dropout`.
@@ -36,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.attention import MultiHeadAttention, merge_heads, split_heads
+from utils.attention import register_backend, use_attention_backend
 from utils.checks import check_bool, check_dropout
 from utils.layers import LayerNorm
 
@@ -45,7 +46,7 @@ __all__ = [
     "fast_dropout",
     "FastDropout",
     "FastLayerNorm",
-    "FastMultiHeadAttention",
+    "fused_attention",
     "use_fast_path",
 ]
 
@@ -141,26 +142,23 @@ class FastLayerNorm(LayerNorm):
 # --------------------------------------------------------------------------------------------
 
 
-def _packed(x: Tensor, linears: tuple[nn.Linear, ...], n_heads: int) -> tuple[Tensor, ...]:
-    """The projections `linears` of the same `x (B, S, d_model)` as one matrix product, as
-    heads `(B, h, S, d)`: `[W_1; W_2; ...]` stacked is one linear map."""
-    weight = torch.cat([linear.weight for linear in linears])
-    bias = None
-    if linears[0].bias is not None:
-        bias = torch.cat([linear.bias for linear in linears])
-    outs = F.linear(x, weight, bias).split([linear.out_features for linear in linears], dim=-1)
-    return tuple(split_heads(out, n_heads) for out in outs)
-
-
 def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float) -> Tensor:
-    """`F.scaled_dot_product_attention`, except with dropout on a CPU.
+    """`F.scaled_dot_product_attention`, except with dropout on a CPU; grouped heads allowed.
 
     There PyTorch has no fused kernel and falls back to its reference formula, which also
     scales both q and k and scans the scores for fully masked rows; the caller has already
     handled those rows, so the same formula is written out here, with the fast dropout mask.
     """
+    grouped = q.shape[-3] != k.shape[-3]
     if dropout_p == 0.0 or q.device.type != "cpu":
+        if grouped:  # the kernel reads each key/value head for its group of query heads
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=True
+            )
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    if grouped:
+        groups = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
     scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -168,12 +166,14 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float
     return torch.matmul(weights, v)
 
 
-def _fused_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float
-) -> Tensor:
-    """PyTorch's fused kernel, with the book's convention for fully masked rows (output 0)."""
+def fused_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0
+) -> tuple[Tensor, None]:
+    """The `"sdpa"` backend of `utils.attention.attend`: PyTorch's fused kernel, with the
+    book's convention for fully masked rows (output 0). Returns `(output, None)`: the kernel
+    never builds the weights. Key/value heads may be fewer than query heads (grouped)."""
     if mask is None:
-        return _sdpa(q, k, v, None, dropout_p)
+        return _sdpa(q, k, v, None, dropout_p), None
     # F.sdpa's bool attn_mask also means True = take part. Depending on version and
     # backend it returns NaN or 0 for fully masked rows: let those rows attend to every
     # key (finite everywhere, also in backward), then zero their output.
@@ -181,50 +181,34 @@ def _fused_attention(
     if mask.device.type == "cpu" and bool(row_has_key.all()):
         # The usual case (no empty row). Asking is free on the CPU; on a GPU it would
         # stall the pipeline, so there the guard below always runs.
-        return _sdpa(q, k, v, mask, dropout_p)
+        return _sdpa(q, k, v, mask, dropout_p), None
     out = _sdpa(q, k, v, mask | ~row_has_key, dropout_p)
-    return out.masked_fill(~row_has_key, 0.0)
+    return out.masked_fill(~row_has_key, 0.0), None
 
 
-class FastMultiHeadAttention(MultiHeadAttention):
-    """`MultiHeadAttention` with packed projections and PyTorch's fused attention kernel.
-
-    Keeps no attention weights (`attn_weights` is `None`); the cache works as in the parent.
-    """
-
-    def project_qkv(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, ...]:
-        if key is not value:
-            return super().project_qkv(query, key, value)
-        if query is key:  # self-attention: Q, K and V in one product
-            return _packed(query, (self.w_q, self.w_k, self.w_v), self.n_heads)
-        return (self.project(query, "q"), *_packed(key, (self.w_k, self.w_v), self.n_heads))
-
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-        self.attn_weights = None
-        out = _fused_attention(q, k, v, mask, self.dropout if self.training else 0.0)
-        return self.w_o(merge_heads(out))
+fused_attention.grouped = True  # type: ignore[attr-defined]  # attend passes k, v as they are
+register_backend("sdpa", fused_attention)
 
 
 # --------------------------------------------------------------------------------------------
 # the switch
 # --------------------------------------------------------------------------------------------
 
-_FAST: dict[type, type] = {
-    MultiHeadAttention: FastMultiHeadAttention,
-    LayerNorm: FastLayerNorm,
-    nn.Dropout: FastDropout,
-}
+_FAST: dict[type, type] = {LayerNorm: FastLayerNorm, nn.Dropout: FastDropout}
 _READABLE = {fast: readable for readable, fast in _FAST.items()}
 
 
 def use_fast_path(module: nn.Module, enabled: bool = True) -> nn.Module:
-    """Switch every `MultiHeadAttention`, `LayerNorm` and `nn.Dropout` inside `module` to its
-    fast subclass (or, with `enabled=False`, back), in place; returns `module`.
+    """The fast path for every module inside `module` (or, with `enabled=False`, the readable
+    one), in place; returns `module`.
 
-    Only the class of each instance changes (`m.__class__`): parameters, buffers, state-dict
-    keys and hooks stay. Subclasses of those modules (yours) are left alone.
+    Attention modules get the `"sdpa"` backend (`utils.attention.use_attention_backend`);
+    each `LayerNorm` and `nn.Dropout` becomes its fast subclass here: only the class of the
+    instance changes (`m.__class__`), so parameters, buffers, state-dict keys and hooks stay.
+    Subclasses of those modules (yours) are left alone.
     """
     check_bool("enabled", enabled)
+    use_attention_backend(module, "sdpa" if enabled else "readable")
     swap = _FAST if enabled else _READABLE
     for m in module.modules():
         m.__class__ = swap.get(type(m), type(m))

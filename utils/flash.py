@@ -29,9 +29,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from utils.attention import register_backend
 from utils.checks import check_bool, check_mask, check_positive_int, check_qkv
 
-__all__ = ["flash_attention", "flash_forward", "flash_backward", "FlashAttention"]
+__all__ = ["flash_attention", "flash_forward", "flash_backward", "FlashAttention", "flash_backend"]
 
 
 def _block_mask(
@@ -210,3 +211,20 @@ def flash_attention(
         mask = mask.expand(scores_shape)  # a view: slicing it per block costs nothing
     out: Tensor = FlashAttention.apply(query, key, value, mask, causal, block_q, block_k)
     return out
+
+
+def flash_backend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0
+) -> tuple[Tensor, None]:
+    """The `"flash"` backend of `utils.attention.attend` (registered when this module is
+    imported): `flash_attention` inside a model, `(output, None)`. It has no dropout on the
+    weights, so a model in training mode with attention dropout is refused."""
+    if dropout_p > 0:
+        raise ValueError(
+            f"the flash backend has no dropout on the attention weights, got dropout_p="
+            f"{dropout_p}; train with dropout=0.0, or use the 'sdpa' or 'readable' backend"
+        )
+    return flash_attention(q, k, v, mask), None
+
+
+register_backend("flash", flash_backend)

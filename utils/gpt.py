@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from utils.cache import KVCache
+from utils.cache import KVCache, check_lm_input
 from utils.checkpoint import Pretrained
 from utils.checks import (
     check_bool,
@@ -23,7 +23,6 @@ from utils.checks import (
     check_positive_float,
     check_positive_int,
     check_token_ids,
-    check_tokens,
 )
 from utils.decoding import evaluation, greedy_search, sample
 from utils.embeddings import InputEmbedding, check_positional, tie_weights
@@ -140,16 +139,8 @@ class GPT(Pretrained, nn.Module):
 
         With `cache`, `tokens` are the new positions `cache.length ..`.
         """
-        if cache is not None and not isinstance(cache, KVCache):
-            raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
-        offset = 0 if cache is None else cache.length
-        check_tokens(tokens, self.config.vocab_size, self.config.max_len, offset=offset)
-        if tokens.shape[1] == 0:
-            raise ValueError(
-                f"tokens must hold at least one position, got shape {tuple(tokens.shape)}"
-            )
-        if cache is not None:
-            cache.check(tokens.shape[0], len(self.layers), cross=False)
+        config = self.config
+        offset = check_lm_input(tokens, cache, config.vocab_size, config.max_len, config.n_layers)
         x = self.embed(tokens, offset=offset)
         mask = causal_mask(tokens.shape[1], device=tokens.device, offset=offset)
         for i, layer in enumerate(self.layers):

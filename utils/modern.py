@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from utils.attention import unchecked_attention
-from utils.cache import AttentionCache, KVCache
+import utils.fast  # noqa: F401  (registers the "sdpa" backend that fused=True selects)
+from utils.attention import attend, check_backend
+from utils.cache import AttentionCache, KVCache, check_lm_input
 from utils.checkpoint import Pretrained
 from utils.checks import (
     check_bool,
@@ -28,7 +29,6 @@ from utils.checks import (
     check_positive_float,
     check_positive_int,
     check_token_ids,
-    check_tokens,
 )
 from utils.decoding import evaluation, greedy_search, sample
 from utils.embeddings import TokenEmbedding, tie_weights
@@ -246,10 +246,12 @@ class GroupedQueryAttention(nn.Module):
     `n_kv_heads == n_heads` is multi-head attention, `n_kv_heads == 1` multi-query attention
     (Shazeer, 2019). Rotary positions act on queries and keys after the projections. The
     cache keeps the `n_kv_heads` rotated keys and values, not the repeated ones: that is
-    the memory GQA saves. x `(B, T, d_model)` -> `(B, T, d_model)`. `fused=True` computes
-    the same attention with `F.scaled_dot_product_attention(..., enable_gqa=True)` (speed
-    only; a mask with a fully masked row is not supported there). Inputs are not checked
-    here, as in `utils.attention.MultiHeadAttention`: `ModernLM` checks at its door.
+    the memory GQA saves. x `(B, T, d_model)` -> `(B, T, d_model)`. `backend` names how
+    `utils.attention.attend` computes the attention, as in `MultiHeadAttention` ("readable":
+    the book's formula on repeated key/value heads; "sdpa": PyTorch's kernel, which reads
+    each key/value head for its group without copying; "flash": notebook 14's tiles).
+    Inputs are not checked here, as in `utils.attention.MultiHeadAttention`: `ModernLM`
+    checks at its door.
     """
 
     def __init__(
@@ -261,11 +263,11 @@ class GroupedQueryAttention(nn.Module):
         max_len: int,
         rope_base: float = 10000.0,
         bias: bool = False,
-        fused: bool = False,
+        backend: str = "readable",
     ) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
-        self.fused = check_bool("fused", fused)
+        self.backend = check_backend(backend)  # a runtime choice: not in the state dict
         self.n_kv_heads = check_kv_heads(n_heads, n_kv_heads)
         self.n_heads, self.d_head = n_heads, _check_head_dim(d_head)
         self.groups = n_heads // n_kv_heads
@@ -299,12 +301,9 @@ class GroupedQueryAttention(nn.Module):
         q, k = self.rotary(q, k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
-        if self.fused:  # PyTorch's kernel, which the notebook shows equal to the lines below
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        else:
-            k, v = repeat_kv(k, self.groups), repeat_kv(v, self.groups)
-            # the book's attention; ModernLM checked tokens and built the mask at its door
-            out, _ = unchecked_attention(q, k, v, mask)  # (B, n_heads, T, d_head)
+        # each key/value head serves `groups` query heads (repeat_kv, or the kernel's own
+        # grouping); ModernLM checked the tokens and built the mask at its door
+        out, _ = attend(q, k, v, mask, backend=self.backend)  # (B, n_heads, T, d_head)
         batch, _, length, _ = out.shape
         return self.w_o(out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head))
 
@@ -400,7 +399,7 @@ class ModernBlock(nn.Module):
             config.head_dim,
             config.max_len,
             config.rope_base,
-            fused=config.fused,
+            backend="sdpa" if config.fused else "readable",
         )
         self.ffn_norm = RMSNorm(config.d_model, config.eps)
         self.ffn = SwiGLU(config.d_model, config.ff_dim)
@@ -455,16 +454,8 @@ class ModernLM(Pretrained, nn.Module):
 
         With `cache`, `tokens` are the new positions `cache.length ..`.
         """
-        if cache is not None and not isinstance(cache, KVCache):
-            raise ValueError(f"cache must be a KVCache from init_cache(), got {cache!r}")
-        offset = 0 if cache is None else cache.length
-        check_tokens(tokens, self.config.vocab_size, self.config.max_len, offset=offset)
-        if tokens.shape[1] == 0:
-            raise ValueError(
-                f"tokens must hold at least one position, got shape {tuple(tokens.shape)}"
-            )
-        if cache is not None:
-            cache.check(tokens.shape[0], len(self.layers), cross=False)
+        config = self.config
+        offset = check_lm_input(tokens, cache, config.vocab_size, config.max_len, config.n_layers)
         x = self.embed.lookup(tokens)  # the ids were checked above
         mask = causal_mask(tokens.shape[1], device=tokens.device, offset=offset)
         for i, layer in enumerate(self.layers):
