@@ -153,13 +153,13 @@ def attend(
 
 
 def use_attention_backend(module: nn.Module, backend: str) -> nn.Module:
-    """Set the backend of every attention module inside `module` (those with a `backend`
-    attribute: `MultiHeadAttention`, `GroupedQueryAttention`), in place; returns `module`.
-    Parameters, buffers and state-dict keys do not change."""
+    """Set the backend of every attention module inside `module` (the classes that call
+    `attend` say so with `calls_attend = True`: `MultiHeadAttention`, `GroupedQueryAttention`),
+    in place; returns `module`. Parameters, buffers and state-dict keys do not change."""
     check_backend(backend)
     for m in module.modules():
-        if isinstance(getattr(m, "backend", None), str):
-            setattr(m, "backend", backend)  # noqa: B010  (any module with the attribute)
+        if getattr(type(m), "calls_attend", False):
+            setattr(m, "backend", backend)  # noqa: B010  (a class of a later module, too)
     return module
 
 
@@ -211,6 +211,8 @@ class MultiHeadAttention(nn.Module):
     weights `(B, h, T, S)`, detached, before dropout, if `need_weights` and the backend
     builds them (else `None`).
     """
+
+    calls_attend = True  # its backend is set by `use_attention_backend`
 
     def __init__(
         self,

@@ -33,10 +33,12 @@ from torch import Tensor
 
 from utils.checks import check_positive_float, check_positive_int
 from utils.data import Seq2SeqBatch, bucket_batches
-from utils.training import (  # rank and world size have one owner, re-exported here
+from utils.training import (  # rank, world size and token count have one owner, here re-exported
+    global_token_count,
     is_distributed,
-    label_smoothing_loss,
     rank,
+    seq2seq_loss,
+    train,
     world_size,
 )
 from utils.vocab import PAD_ID
@@ -53,6 +55,7 @@ __all__ = [
     "launch",
     "split_batches",
     "DistributedBucketSampler",
+    "global_token_count",
     "global_token_mean",
     "train_data_parallel",
 ]
@@ -305,14 +308,8 @@ def global_token_mean(loss_sum: Tensor, n_tokens: Tensor | int) -> Tensor:
     if not isinstance(loss_sum, Tensor) or loss_sum.dim() != 0:
         got = tuple(loss_sum.shape) if isinstance(loss_sum, Tensor) else type(loss_sum).__name__
         raise ValueError(f"loss_sum must be a scalar tensor (a summed loss), got {got}")
-    count = torch.as_tensor(n_tokens, dtype=torch.float64, device=loss_sum.device).detach()
-    if count.dim() != 0 or count < 0:
-        raise ValueError(f"n_tokens must be a count >= 0, got {n_tokens!r}")
-    if is_distributed():
-        count = count.clone()
-        dist.all_reduce(count)  # every worker's tokens: a sum over the group
-    p = world_size()
-    return loss_sum * p / count.clamp(min=1.0).to(loss_sum.dtype)
+    count = global_token_count(n_tokens, loss_sum.device)  # one owner, shared with `train`
+    return loss_sum * world_size() / count.clamp(min=1.0).to(loss_sum.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,11 +328,14 @@ def train_data_parallel(
 ) -> dict[str, Tensor]:
     """Run by `launch`: Adam steps of `model` under DDP; return the trained `state_dict`.
 
-    `batches[step][rank]` is this worker's batch at `step` (one per worker per step). Each
-    worker backpropagates `global_token_mean` of its summed label-smoothed loss, so the step is
-    the step of the mean over every worker's target tokens. The model arrives pickled, the
-    same in every worker (and DDP broadcasts rank 0's weights anyway); the random generator is
-    then seeded with `seed + rank`, so dropout masks differ between workers.
+    `batches[step][rank]` is this worker's batch at `step` (one per worker per step). The
+    steps are `utils.training.train`'s, the one training loop of the book: under
+    torch.distributed it weighs this worker's mean label-smoothed loss by its share of the
+    step's tokens, `n * P / n_tok` (`global_token_count`), so each worker backpropagates
+    `P * loss_sum / n_tok`, what `global_token_mean` returns, and the step is that of the mean
+    over every worker's target tokens. The model arrives pickled, the same in every worker
+    (and DDP broadcasts rank 0's weights anyway); the random generator is then seeded with
+    `seed + rank`, so dropout masks differ between workers.
     """
     if len(batches) == 0 or any(len(step) != world for step in batches):
         raise ValueError(f"batches must be a non-empty list of steps, {world} batches each")
@@ -345,13 +345,8 @@ def train_data_parallel(
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     torch.manual_seed(seed + rank)  # after the shared weights: other dropout masks per worker
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    for step in batches:
-        batch = step[rank]
-        logits = ddp(batch.src, batch.tgt_in)
-        loss_sum = label_smoothing_loss(logits, batch.tgt_out, smoothing, PAD_ID, reduction="sum")
-        loss = global_token_mean(loss_sum, batch.n_tokens)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    mine = iter([step[rank] for step in batches])
+    loss_fn = seq2seq_loss(smoothing, PAD_ID)
+    steps = len(batches)
+    train(ddp, mine, loss_fn, optimizer, steps=steps, device="cpu", log_every=steps, progress=False)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}

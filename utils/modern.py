@@ -248,11 +248,13 @@ class GroupedQueryAttention(nn.Module):
     cache keeps the `n_kv_heads` rotated keys and values, not the repeated ones: that is
     the memory GQA saves. x `(B, T, d_model)` -> `(B, T, d_model)`. `backend` names how
     `utils.attention.attend` computes the attention, as in `MultiHeadAttention` ("readable":
-    the book's formula on repeated key/value heads; "sdpa": PyTorch's kernel, which reads
-    each key/value head for its group without copying; "flash": notebook 14's tiles).
+    the book's formula on repeated key/value heads; "sdpa": PyTorch's kernel, given the
+    key/value heads as they are (`enable_gqa=True`); "flash": notebook 14's tiles).
     Inputs are not checked here, as in `utils.attention.MultiHeadAttention`: `ModernLM`
     checks at its door.
     """
+
+    calls_attend = True  # its backend is set by `utils.attention.use_attention_backend`
 
     def __init__(
         self,

@@ -54,6 +54,7 @@ __all__ = [
     "is_distributed",
     "world_size",
     "rank",
+    "global_token_count",
     "train",
     "seq2seq_loss",
     "lm_loss",
@@ -528,10 +529,22 @@ def _token_weights(counts: list[int], device: torch.device) -> list[float]:
         return [1.0 / len(counts)] * len(counts)
     if world == 1:  # counted on the CPU: no device tensor, no sync (train's docstring)
         return [c / float(sum(counts)) for c in counts]
-    total = torch.tensor(float(sum(counts)), dtype=torch.float64, device=device)
-    dist.all_reduce(total)
-    n = total.item()
+    n = global_token_count(float(sum(counts)), device).item()
     return [c * world / n for c in counts]
+
+
+def global_token_count(n_tokens: Tensor | float, device: torch.device | str = "cpu") -> Tensor:
+    """This worker's token count summed over every worker of the process group (itself outside
+    one), as a float64 scalar: the `n_tok` of data-parallel training's token mean (notebook 14,
+    section 6). `train` weighs each micro-batch's mean loss by `n_i * P / n_tok` with it, and
+    `utils.distributed.global_token_mean` backpropagates `P * loss_sum / n_tok`."""
+    count = torch.as_tensor(n_tokens, dtype=torch.float64, device=device).detach()
+    if count.dim() != 0 or count < 0:
+        raise ValueError(f"n_tokens must be a count >= 0, got {n_tokens!r}")
+    if is_distributed():
+        count = count.clone()
+        dist.all_reduce(count)  # every worker's tokens: a sum over the group
+    return count
 
 
 def _any_worker(flag: bool, device: torch.device) -> bool:
@@ -723,6 +736,63 @@ def _resume(
     return state["step"], History(**state["history"])
 
 
+def _take(batches: Iterator[Any], accumulate: int) -> list[Any]:
+    """The next `accumulate` batches of the stream (fewer if it runs out)."""
+    micro = []
+    for _ in range(accumulate):
+        try:
+            micro.append(next(batches))
+        except StopIteration:
+            break
+    return micro
+
+
+def _backward(
+    model: nn.Module,
+    ddp: nn.parallel.DistributedDataParallel | None,
+    micro: list[Any],
+    loss_fn: Callable[[nn.Module, Any], Tensor],
+    device: torch.device,
+    weighted: bool,
+) -> tuple[Tensor, int]:
+    """Backpropagate one step's micro-batches, each mean loss weighted by its share of the
+    step's tokens over every worker (`_token_weights`) when `weighted`; under DDP the
+    gradients are all-reduced once, after the last. Returns the step's loss (detached, the
+    weighted sum) and this worker's token count."""
+    counts = [_batch_tokens(b) for b in micro]  # counted on the CPU, before the move
+    weights = _token_weights(counts, device) if weighted else [1.0]
+    step_loss: Tensor | None = None
+    for i, (batch, weight) in enumerate(zip(micro, weights, strict=True)):
+        last = i == len(micro) - 1
+        sync = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
+        with sync:  # DDP all-reduces the gradients once, after the last batch
+            loss = loss_fn(model, _to_device(batch, device))
+            if not isinstance(loss, Tensor) or loss.dim() != 0:
+                raise ValueError(f"loss_fn must return a scalar tensor, got {loss!r}")
+            if weighted:
+                loss = loss * weight
+            loss.backward()
+        step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+    assert step_loss is not None
+    return step_loss, sum(counts)
+
+
+def _optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+    params: list[Tensor],
+    clip_norm: float | None,
+) -> float:
+    """Clip, step, advance the schedule; returns the learning rate this step used."""
+    if clip_norm is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip_norm)
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return lr
+
+
 def train(
     model: nn.Module,
     batches: Iterator[Any],
@@ -822,41 +892,17 @@ def train(
     lr = float(optimizer.param_groups[0]["lr"])
     try:
         while step < steps:
-            micro = []
-            for _ in range(accumulate):
-                try:
-                    micro.append(next(batches))
-                except StopIteration:
-                    break
+            micro = _take(batches, accumulate)
             # a partial step would weigh its batches wrongly; every worker stops together
             if _any_worker(len(micro) < accumulate, device):
                 history.stop_reason = "data"
                 break
             step += 1
-            counts = [_batch_tokens(b) for b in micro]  # counted on the CPU, before the move
-            weights = _token_weights(counts, device) if weighted else [1.0]
             optimizer.zero_grad(set_to_none=True)
-            step_loss: Tensor | None = None
-            for i, (batch, weight) in enumerate(zip(micro, weights, strict=True)):
-                last = i == len(micro) - 1
-                sync = ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()
-                with sync:  # DDP all-reduces the gradients once, after the last batch
-                    loss = loss_fn(model, _to_device(batch, device))
-                    if not isinstance(loss, Tensor) or loss.dim() != 0:
-                        raise ValueError(f"loss_fn must return a scalar tensor, got {loss!r}")
-                    if weighted:
-                        loss = loss * weight
-                    loss.backward()
-                step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
-            assert step_loss is not None
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, clip_norm)
-            lr = float(optimizer.param_groups[0]["lr"])  # the lr this step uses
-            optimizer.step()
-            if scheduler is not None:
-                scheduler.step()
+            step_loss, n_tokens = _backward(model, ddp, micro, loss_fn, device, weighted)
+            lr = _optimizer_step(optimizer, scheduler, params, clip_norm)
             # bookkeeping: log, evaluate, stop
-            window.add(step_loss, sum(counts))
+            window.add(step_loss, n_tokens)
             bar.update(1)
             out_of_time = max_seconds is not None and time.perf_counter() - started > max_seconds
             if max_seconds is not None:
