@@ -33,7 +33,7 @@ from torch import Tensor
 
 from utils.checks import check_positive_float, check_positive_int
 from utils.data import Seq2SeqBatch, bucket_batches
-from utils.training import (  # rank, world size and token count have one owner, here re-exported
+from utils.training import (  # rank, world size, the loss's token count: one owner, re-exported
     global_token_count,
     is_distributed,
     rank,
