@@ -151,7 +151,7 @@ def test_every_attention_module_of_every_family_goes_through_the_seam() -> None:
 
 def test_cached_decoding_gives_the_same_tokens_on_every_backend() -> None:
     """Cached decoding feeds masks of shape (T, cached + T) through the seam: greedy tokens of
-    the three families agree on every backend (checked by a review, 2026-11-28)."""
+    the three families agree on every backend."""
     from utils.decoding import translate
     from utils.gpt import generate as gpt_generate
     from utils.modern import generate as modern_generate

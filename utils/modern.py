@@ -272,7 +272,6 @@ class GroupedQueryAttention(nn.Module):
         self.backend = check_backend(backend)  # a runtime choice: not in the state dict
         self.n_kv_heads = check_kv_heads(n_heads, n_kv_heads)
         self.n_heads, self.d_head = n_heads, _check_head_dim(d_head)
-        self.groups = n_heads // n_kv_heads
         self.w_q = nn.Linear(d_model, n_heads * d_head, bias=bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
         self.w_v = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
