@@ -10,7 +10,8 @@ import torch
 
 import utils.fast  # noqa: F401  (registers "sdpa")
 import utils.flash  # noqa: F401  (registers "flash")
-from utils.attention import MultiHeadAttention, attend, use_attention_backend
+from utils.attention import BACKENDS as REGISTRY
+from utils.attention import MultiHeadAttention, attend, register_backend, use_attention_backend
 from utils.gpt import GPT, GPTConfig
 from utils.model import Transformer, TransformerConfig
 from utils.modern import GroupedQueryAttention, ModernConfig, ModernLM, repeat_kv
@@ -168,3 +169,15 @@ def test_cached_decoding_gives_the_same_tokens_on_every_backend() -> None:
             else:
                 outputs[backend] = modern_generate(m, prompt, 5, greedy=True).tolist()
         assert outputs["sdpa"] == outputs["readable"] == outputs["flash"], name
+
+
+def test_a_taken_backend_name_is_not_overwritten() -> None:
+    def other(q, k, v, mask, dropout_p):  # type: ignore[no-untyped-def]
+        return REGISTRY["readable"](q, k, v, mask, dropout_p)
+
+    with pytest.raises(ValueError, match="backend name 'sdpa' is taken"):
+        register_backend("sdpa", other)
+    register_backend("sdpa", REGISTRY["sdpa"])  # the same function again: a no-op
+    with pytest.raises(ValueError, match="must be callable"):
+        register_backend("new", "not a function")  # type: ignore[arg-type]
+    assert "new" not in REGISTRY

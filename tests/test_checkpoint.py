@@ -6,12 +6,13 @@ kernel (`fused`) is chosen when loading, not saved; and every kind of bad checkp
 refused with an error that names the file.
 """
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from utils.checkpoint import (
     CONFIG_FILE,
@@ -38,7 +39,7 @@ def perturbed(model: torch.nn.Module) -> torch.nn.Module:
 def transformer() -> Transformer:
     torch.manual_seed(0)
     cfg = TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_layers=2,
-                            share_embeddings=True, max_len=32)  # fmt: skip
+                            tie_embeddings=True, max_len=32)  # fmt: skip
     return perturbed(Transformer(cfg))  # type: ignore[return-value]
 
 
@@ -86,7 +87,7 @@ def test_round_trip_is_exact(name, tmp_path):
 
 
 def test_tied_weights_are_stored_once_and_stay_tied(tmp_path):
-    model = transformer()  # share_embeddings: one matrix under three names
+    model = transformer()  # tie_embeddings: one matrix under three names
     model.save_pretrained(tmp_path)
     stored = load_file(tmp_path / WEIGHTS_FILE)
     tied = read_checkpoint(tmp_path)["tied"]
@@ -204,8 +205,57 @@ def test_bad_save_arguments(tmp_path):
 
 def test_config_from_dict_checks_names_and_types():
     cfg = config_from_dict(ModernConfig, {"vocab_size": 10, "rope_base": 500000, "d_ff": None})
-    assert cfg.rope_base == 500000 and cfg.d_ff is not None  # an int is a fine float
+    assert cfg.rope_base == 500000 and cfg.d_ff is None  # an int is a fine float
+    assert cfg.ff_dim == cfg.replace(d_ff=cfg.ff_dim).ff_dim  # None resolves, unchanged
     with pytest.raises(ValueError, match=r"needs fields \['vocab_size'\]"):
         config_from_dict(GPTConfig, {"d_model": 16})
     with pytest.raises(ValueError, match="n_kv_heads must be"):
         config_from_dict(ModernConfig, {"vocab_size": 10, "n_kv_heads": 2.0})
+
+
+def as_version_1(directory: Path, config_renames: dict, weight_renames: dict) -> None:
+    """Rewrite a saved checkpoint as format version 1 wrote it: the old names."""
+    header = json.loads((directory / CONFIG_FILE).read_text())
+    header["format_version"] = 1
+    header["config"] = {config_renames.get(k, k): v for k, v in header["config"].items()}
+    header["tied"] = {weight_renames.get(a, a): weight_renames.get(s, s)
+                      for a, s in header["tied"].items()}  # fmt: skip
+    tensors = load_file(directory / WEIGHTS_FILE)
+    save_file({weight_renames.get(k, k): t for k, t in tensors.items()}, directory / WEIGHTS_FILE)
+    header["sha256"] = hashlib.sha256((directory / WEIGHTS_FILE).read_bytes()).hexdigest()
+    (directory / CONFIG_FILE).write_text(json.dumps(header))
+
+
+@pytest.mark.parametrize(
+    "name, config_renames, weight_renames",
+    [
+        ("transformer", {"tie_embeddings": "share_embeddings"}, {}),
+        (
+            "modern",
+            {"norm_eps": "eps", "d_k": "d_head"},
+            {"generator.proj.weight": "lm_head.weight"},
+        ),
+        ("modern-tied", {"norm_eps": "eps"}, {"generator.proj.weight": "lm_head.weight"}),
+    ],
+)
+def test_version_1_files_with_the_old_names_still_load(name, config_renames, weight_renames,
+                                                       tmp_path):  # fmt: skip
+    model = MODELS[name]()
+    if name == "modern":
+        model = ModernLM(model.config.replace(d_k=4)).eval()  # d_k written, so renamed
+    model.save_pretrained(tmp_path / "v1")
+    as_version_1(tmp_path / "v1", config_renames, weight_renames)
+    header = json.loads((tmp_path / "v1" / CONFIG_FILE).read_text())
+    assert set(config_renames.values()) <= set(header["config"])  # the old names are there
+    loaded = type(model).from_pretrained(tmp_path / "v1")
+    assert loaded.config == model.config and torch.equal(logits(loaded), logits(model))
+
+
+def test_a_version_1_file_with_an_old_and_a_new_name_is_refused(tmp_path):
+    transformer().save_pretrained(tmp_path / "v1")
+    as_version_1(tmp_path / "v1", {}, {})
+    header = json.loads((tmp_path / "v1" / CONFIG_FILE).read_text())
+    header["config"]["share_embeddings"] = True  # and tie_embeddings is still there
+    (tmp_path / "v1" / CONFIG_FILE).write_text(json.dumps(header))
+    with pytest.raises(ValueError, match="both 'share_embeddings' and its new name"):
+        Transformer.from_pretrained(tmp_path / "v1")

@@ -101,10 +101,10 @@ def _their_logits(ours: Transformer, theirs: nn.Transformer, src, tgt) -> torch.
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-@pytest.mark.parametrize("share_embeddings", [False, True])
-def test_transformer_matches_torch(norm_first: bool, share_embeddings: bool) -> None:
-    vocab = {"tgt_vocab_size": 11} if share_embeddings else {}
-    config = small_config(norm_first=norm_first, share_embeddings=share_embeddings, **vocab)
+@pytest.mark.parametrize("tie_embeddings", [False, True])
+def test_transformer_matches_torch(norm_first: bool, tie_embeddings: bool) -> None:
+    vocab = {"tgt_vocab_size": 11} if tie_embeddings else {}
+    config = small_config(norm_first=norm_first, tie_embeddings=tie_embeddings, **vocab)
     ours, theirs = Transformer(config).eval(), torch_transformer(config).eval()
     randomise_norms(ours)
     copy_to_torch_transformer(ours, theirs)
@@ -188,7 +188,7 @@ def test_padding_does_not_change_the_real_positions() -> None:
     [
         {},
         {"norm_first": True},
-        {"share_embeddings": True, "tgt_vocab_size": 11},
+        {"tie_embeddings": True, "tgt_vocab_size": 11},
         {"positional": "learned", "d_k": 5, "d_v": 3},
     ],
     ids=["post-norm", "pre-norm", "tied", "learned-custom-heads"],
@@ -205,7 +205,7 @@ def test_gradients_reach_every_parameter(overrides: dict) -> None:
 
 
 def test_state_dict_round_trip_gives_identical_outputs() -> None:
-    config = small_config(share_embeddings=True, tgt_vocab_size=11, positional="learned")
+    config = small_config(tie_embeddings=True, tgt_vocab_size=11, positional="learned")
     model = Transformer(config).eval()
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)
@@ -228,7 +228,7 @@ def test_dropout_active_in_train_and_inactive_in_eval() -> None:
 
 
 def test_three_way_tying_shares_one_parameter() -> None:
-    model = Transformer(small_config(share_embeddings=True, tgt_vocab_size=11))
+    model = Transformer(small_config(tie_embeddings=True, tgt_vocab_size=11))
     shared = model.src_embed.token.weight
     assert model.tgt_embed.token.weight is shared
     assert model.generator.proj.weight is shared
@@ -291,7 +291,7 @@ def test_encode_decode_are_the_forward_pass() -> None:
     [
         {},
         {"d_k": 5, "d_v": 7},
-        {"share_embeddings": True, "tgt_vocab_size": 11},
+        {"tie_embeddings": True, "tgt_vocab_size": 11},
         {"positional": "learned"},
         {"norm_first": True, "n_layers": 3},
         {"n_heads": 3, "d_model": 30, "d_k": 4, "d_v": 6, "positional": "learned"},
@@ -315,14 +315,14 @@ def test_base_and_big_presets() -> None:
     assert (big.d_model, big.n_heads, big.d_ff, big.n_layers, big.dropout) == (
         1024, 16, 4096, 6, 0.3,
     )  # fmt: skip
-    assert base.share_embeddings and base.key_dim == base.value_dim == 64
+    assert base.tie_embeddings and base.key_dim == base.value_dim == 64
     assert big.key_dim == 64
     # The paper's Table 3 reports 65M (base) and 213M (big); with a shared 37000-token
     # vocabulary, biases and a generator bias we count 63.1M and 214.3M.
     assert transformer_parameter_count(base) == 63_119_496
     assert transformer_parameter_count(big) == 214_282_376
     assert count_parameters(Transformer(base)) == 63_119_496
-    assert not TransformerConfig.base(37000, 30000).share_embeddings
+    assert not TransformerConfig.base(37000, 30000).tie_embeddings
     assert TransformerConfig.base(n_layers=2).n_layers == 2
 
 
@@ -336,9 +336,8 @@ def test_base_and_big_presets() -> None:
     [
         ({"d_model": 30}, "n_heads=4 must divide d_model=30"),
         (
-            {"share_embeddings": True},
-            "share_embeddings=True needs one vocabulary, but src_vocab_size=11 != "
-            "tgt_vocab_size=13",
+            {"tie_embeddings": True},
+            "tie_embeddings=True needs one vocabulary, but src_vocab_size=11 != tgt_vocab_size=13",
         ),
         ({"d_model": 0}, "d_model must be a positive int, got 0"),
         ({"n_heads": -1}, "n_heads must be a positive int, got -1"),

@@ -207,7 +207,7 @@ def test_logits_and_greedy_tokens_equal_llama(name):
         diff = (ours(tokens) - theirs).abs().max().item()
     assert diff < 1e-5 and theirs.std() > 0.1  # logits far from zero, and equal
     assert ours.config.rope_base == hf.config.rope_parameters["rope_theta"]
-    assert ours.config.eps == hf.config.rms_norm_eps
+    assert ours.config.norm_eps == hf.config.rms_norm_eps
     assert all(p.std() > 0.05 for p in hf.parameters())  # no tensor left at a constant
     prompt = tokens[:, :5]
     expected = hf.generate(  # no end-of-text id: it would stop there and pad, the book's not
@@ -269,3 +269,12 @@ def test_wrong_models_empty_tokens_and_training_mode_are_refused():
     with pytest.raises(ValueError, match="model is in training mode"):
         ModernScorer(model.train())
     ModernScorer(model.eval())  # fine in eval mode
+
+
+def test_config_defaults_stay_unresolved_so_replace_moves_them():
+    config = ModernConfig(50, d_model=32, n_heads=4)
+    assert (config.n_kv_heads, config.d_k, config.d_ff) == (None, None, None)
+    assert (config.kv_heads, config.key_dim, config.ff_dim) == (4, 8, swiglu_hidden(128))
+    wider = config.replace(d_model=64)  # the defaults follow d_model
+    assert (wider.key_dim, wider.ff_dim) == (16, swiglu_hidden(256))
+    assert ModernLM(wider).layers[0].ffn.up.out_features == swiglu_hidden(256)

@@ -86,7 +86,7 @@ def tiny_translator():
         n_layers=1,
         dropout=0.0,
         norm_first=True,
-        share_embeddings=True,
+        tie_embeddings=True,
         max_len=32,
     )
     torch.manual_seed(0)

@@ -112,9 +112,22 @@ _DEFINED_IN = {"sdpa": "utils.fast", "flash": "utils.flash"}
 
 
 def register_backend(name: str, backend: Backend) -> None:
-    """Make `backend` available to `attend` (and the models) as `name`."""
+    """Make `backend` available to `attend` (and the models) as `name`.
+
+    A name already taken by another function is a `ValueError`: a model built with that
+    name would silently compute with the new one (registering the same function again is
+    fine, as a re-imported module does).
+    """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a backend's name must be a non-empty str, got {name!r}")
+    if not callable(backend):
+        raise ValueError(f"backend {name!r} must be callable, got {type(backend).__name__}")
+    taken = BACKENDS.get(name)
+    if taken is not None and taken is not backend:
+        raise ValueError(
+            f"backend name {name!r} is taken by {getattr(taken, '__qualname__', taken)!r}; "
+            "register the new one under another name"
+        )
     BACKENDS[name] = backend
 
 
@@ -146,9 +159,9 @@ def attend(
     fn = BACKENDS.get(backend)  # a dict lookup per call; the checks run on a miss only
     if fn is None:
         fn = BACKENDS[check_backend(backend)]  # raises, naming the registered backends
-    groups = q.shape[-3] // k.shape[-3]
-    if groups > 1 and not getattr(fn, "grouped", False):  # one copy per query head
-        k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
+    group_size = q.shape[-3] // k.shape[-3]
+    if group_size > 1 and not getattr(fn, "grouped", False):  # one copy per query head
+        k, v = k.repeat_interleave(group_size, dim=-3), v.repeat_interleave(group_size, dim=-3)
     return fn(q, k, v, mask, dropout_p)
 
 

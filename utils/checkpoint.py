@@ -12,6 +12,9 @@ file can). `config.json` names the model kind and its hyper-parameters; the mode
 `Pretrained` below. Fields that only choose how a model computes (`fused`: which attention
 kernel) are not saved: they are chosen when loading (`from_pretrained(directory, fused=True)`).
 
+Version 1 files (before the three configs shared one vocabulary) still load: each class lists
+its `former_names` (old config field or weight name -> new), applied to version 1 only.
+
 One error policy: a missing directory or file is `FileNotFoundError` naming it; everything
 else wrong (another model's checkpoint, a newer format version, a config field of the wrong
 type, a weights file truncated or changed since it was saved) is `ValueError` naming the file.
@@ -47,7 +50,7 @@ __all__ = [
 ]
 
 FORMAT = "attention-book-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: one vocabulary of config names (docs/CONVENTIONS.md); 1 is still read
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 STORAGE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -237,6 +240,8 @@ def load_pretrained(model_class: type[M], directory: str | Path, **runtime: Any)
             f"only {list(model_class.runtime_fields)} can be chosen when loading; "
             f"{not_runtime} are saved with the model"
         )
+    if header["format_version"] < 2:
+        header = _rename_v1(header, model_class.former_names, path)
     saved_runtime = sorted(set(header["config"]) & set(model_class.runtime_fields))
     if saved_runtime:
         raise ValueError(f"{path}: {saved_runtime} are chosen when loading, not saved")
@@ -255,6 +260,8 @@ def load_pretrained(model_class: type[M], directory: str | Path, **runtime: Any)
         tensors = load_file(weights)
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{weights} is not a readable safetensors file: {err}") from None
+    if header["format_version"] < 2:
+        tensors = {model_class.former_names.get(k, k): t for k, t in tensors.items()}
     for alias, source in header["tied"].items():
         if source not in tensors:
             raise ValueError(f"{path}: tied weight {alias!r} points at missing {source!r}")
@@ -279,16 +286,30 @@ def load_pretrained(model_class: type[M], directory: str | Path, **runtime: Any)
     return typing.cast(M, model.eval())
 
 
+def _rename_v1(header: dict[str, Any], former: Mapping[str, str], path: Path) -> dict[str, Any]:
+    """A version 1 header with its config fields and tied weight names renamed by `former`."""
+    config = {}
+    for name, value in header["config"].items():
+        new = former.get(name, name)
+        if new in config:
+            raise ValueError(f"{path}: config has both {name!r} and its new name {new!r}")
+        config[new] = value
+    tied = {former.get(a, a): former.get(s, s) for a, s in header["tied"].items()}
+    return {**header, "config": config, "tied": tied}
+
+
 class Pretrained:
     """`save_pretrained` and `from_pretrained` for a model class with a dataclass `config`.
 
-    A class sets `kind` (the name written in `config.json`), `config_class`, and
-    `runtime_fields` (config fields chosen at load time, not saved).
+    A class sets `kind` (the name written in `config.json`), `config_class`,
+    `runtime_fields` (config fields chosen at load time, not saved) and `former_names`
+    (config fields and weights renamed since format version 1: old name -> new).
     """
 
     kind: ClassVar[str]
     config_class: ClassVar[type]
     runtime_fields: ClassVar[tuple[str, ...]] = ()
+    former_names: ClassVar[Mapping[str, str]] = {}
 
     def save_pretrained(
         self,

@@ -58,7 +58,11 @@ __all__ = [
 
 
 class Scorer(Protocol):
-    """What the decoding algorithms need from a model (see the module docstring)."""
+    """What the decoding algorithms need from a model (see the module docstring).
+
+    Optional: `device`, where the model lives; the search moves the prefix there, so a
+    scorer that wraps another (notebook 11's `Recorder`) should pass its `device` on.
+    """
 
     max_positions: int
 

@@ -157,8 +157,8 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float
             )
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     if grouped:
-        groups = q.shape[-3] // k.shape[-3]
-        k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
+        group_size = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group_size, dim=-3), v.repeat_interleave(group_size, dim=-3)
     scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-2, -1))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))

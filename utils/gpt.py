@@ -116,9 +116,7 @@ class GPT(Pretrained, nn.Module):
             for _ in range(config.n_layers)
         )
         self.norm = LayerNorm(config.d_model, eps=config.norm_eps) if config.norm_first else None
-        self.generator = Generator(config.d_model, config.vocab_size)
-        if not config.head_bias:
-            self.generator.proj.register_parameter("bias", None)
+        self.generator = Generator(config.d_model, config.vocab_size, bias=config.head_bias)
         if config.tie_embeddings:
             tie_weights(self.generator.proj, self.embed.token)
         self.reset_parameters()

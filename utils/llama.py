@@ -38,13 +38,13 @@ def config_from_llama(hf_config: Any, max_len: int | None = None) -> ModernConfi
         d_model=hf_config.hidden_size,
         n_heads=hf_config.num_attention_heads,
         n_kv_heads=hf_config.num_key_value_heads,
-        d_head=getattr(hf_config, "head_dim", None)
+        d_k=getattr(hf_config, "head_dim", None)
         or hf_config.hidden_size // hf_config.num_attention_heads,
         d_ff=hf_config.intermediate_size,
         n_layers=hf_config.num_hidden_layers,
         max_len=max_len if max_len is not None else hf_config.max_position_embeddings,
         rope_base=float(base),
-        eps=float(hf_config.rms_norm_eps),
+        norm_eps=float(hf_config.rms_norm_eps),
         tie_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
     )
 
@@ -54,7 +54,7 @@ def llama_key_map(n_layers: int) -> dict[str, str]:
     names = {
         "model.embed_tokens.weight": "embed.weight",
         "model.norm.weight": "norm.weight",
-        "lm_head.weight": "lm_head.weight",
+        "lm_head.weight": "generator.proj.weight",
     }
     per_layer = {
         "input_layernorm.weight": "attn_norm.weight",

@@ -65,7 +65,7 @@ class TransformerConfig:
     which uses one `dropout` everywhere. We follow PyTorch (notebook 07).
 
     `d_k`, `d_v` = `None` mean `d_model // n_heads` (resolved: `key_dim`, `value_dim`); kept
-    `None` so `replace(d_model=...)` stays consistent. `share_embeddings`: one matrix for both
+    `None` so `replace(d_model=...)` stays consistent. `tie_embeddings`: one matrix for both
     embeddings and the generator (section 3.4). `positional`: "sinusoidal" or "learned"
     (Table 3, row E). `fused`: build on the fast path (`utils.fast`).
     """
@@ -81,7 +81,7 @@ class TransformerConfig:
     d_v: int | None = None
     max_len: int = 5000
     norm_first: bool = False
-    share_embeddings: bool = False
+    tie_embeddings: bool = False
     positional: str = "sinusoidal"
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
@@ -95,12 +95,12 @@ class TransformerConfig:
         check_positive_int("max_len", self.max_len)
         check_head_dims(self.d_model, self.n_heads, self.d_k, self.d_v)
         check_dropout(self.dropout)
-        for name in ("norm_first", "share_embeddings", "fused"):
+        for name in ("norm_first", "tie_embeddings", "fused"):
             check_bool(name, getattr(self, name))
         check_positional(self.positional, self.d_model)
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+        if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
-                f"share_embeddings=True needs one vocabulary, but src_vocab_size="
+                f"tie_embeddings=True needs one vocabulary, but src_vocab_size="
                 f"{self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}"
             )
         if (
@@ -176,7 +176,7 @@ class TransformerConfig:
         overrides: dict[str, Any],
     ) -> TransformerConfig:
         tgt_vocab_size = src_vocab_size if tgt_vocab_size is None else tgt_vocab_size
-        fields = {"share_embeddings": src_vocab_size == tgt_vocab_size, **sizes, **overrides}
+        fields = {"tie_embeddings": src_vocab_size == tgt_vocab_size, **sizes, **overrides}
         return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **fields)
 
 
@@ -291,14 +291,16 @@ class Generator(nn.Module):
     """Hidden `(batch, T, d_model)` -> logits `(batch, T, vocab)`: logits, not probabilities.
 
     The loss applies `log_softmax` itself; a softmax here trains the wrong objective (notebook 09).
+    `bias=False` is GPT-2's and Llama's output layer (notebooks 15, 16).
     """
 
-    def __init__(self, d_model: int, vocab_size: int) -> None:
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = True) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("vocab_size", vocab_size)
+        check_bool("bias", bias)
         self.d_model = d_model
-        self.proj = nn.Linear(d_model, vocab_size)
+        self.proj = nn.Linear(d_model, vocab_size, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., d_model)` -> logits `(..., vocab_size)`."""
@@ -345,6 +347,7 @@ class Transformer(Pretrained, nn.Module):
     kind = "transformer"  # in config.json (utils.checkpoint)
     config_class = TransformerConfig
     runtime_fields = ("fused",)  # the attention kernel: chosen when loading, not saved
+    former_names = {"share_embeddings": "tie_embeddings"}  # format version 1's names
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -355,7 +358,7 @@ class Transformer(Pretrained, nn.Module):
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
         self.generator = Generator(config.d_model, config.tgt_vocab_size)
-        if config.share_embeddings:
+        if config.tie_embeddings:
             tie_weights(self.tgt_embed.token, self.src_embed.token)
             tie_weights(self.generator.proj, self.src_embed.token)
         self.reset_parameters()
@@ -373,7 +376,7 @@ class Transformer(Pretrained, nn.Module):
                 module.reset_parameters()  # biases: PyTorch's defaults; LayerNorm: 1 and 0
         init_weights_(self, zero_biases=False, skip=embedding_tables)
         self.src_embed.token.reset_parameters()  # the shared matrix, when tied: once
-        if not self.config.share_embeddings:
+        if not self.config.tie_embeddings:
             self.tgt_embed.token.reset_parameters()
         for embed in (self.src_embed, self.tgt_embed):
             if isinstance(embed.position, LearnedPositionalEncoding):
@@ -471,7 +474,7 @@ def parameter_breakdown(config: TransformerConfig) -> dict[str, int]:
     ffn = 2 * d * dff + dff + d
     norm = 2 * d
     final_norm = norm if config.norm_first else 0
-    shared = config.share_embeddings
+    shared = config.tie_embeddings
     positions = config.max_len * d if config.positional == "learned" else 0
     return {
         "src_embedding": config.src_vocab_size * d + positions,

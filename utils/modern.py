@@ -34,6 +34,7 @@ from utils.decoding import evaluation, greedy_search, sample
 from utils.embeddings import TokenEmbedding, tie_weights
 from utils.layers import init_weights_
 from utils.masks import causal_mask
+from utils.model import Generator
 
 __all__ = [
     "RMSNorm",
@@ -185,8 +186,8 @@ def swiglu_hidden(d_ff: int, multiple_of: int = 1) -> int:
     """
     check_positive_int("d_ff", d_ff)
     check_positive_int("multiple_of", multiple_of)
-    h = int(2 * d_ff / 3)
-    return max(multiple_of, multiple_of * -(-h // multiple_of))
+    hidden = int(2 * d_ff / 3)
+    return max(multiple_of, multiple_of * -(-hidden // multiple_of))
 
 
 class SwiGLU(nn.Module):
@@ -230,14 +231,15 @@ def check_kv_heads(n_heads: object, n_kv_heads: object) -> int:
     return n_kv_heads
 
 
-def repeat_kv(x: Tensor, groups: int) -> Tensor:
-    """`(B, h_kv, S, d)` -> `(B, h_kv·groups, S, d)`: query head i reads key/value head
-    i // groups (each head repeated `groups` times in a row, like `repeat_interleave`)."""
-    if groups == 1:
+def repeat_kv(x: Tensor, group_size: int) -> Tensor:
+    """`(B, h_kv, S, d)` -> `(B, h_kv·group_size, S, d)`: query head i reads key/value head
+    i // group_size (each head repeated `group_size` times in a row, like `repeat_interleave`).
+    """
+    if group_size == 1:
         return x
     batch, kv_heads, length, d_head = x.shape
-    x = x[:, :, None].expand(batch, kv_heads, groups, length, d_head)
-    return x.reshape(batch, kv_heads * groups, length, d_head)
+    x = x[:, :, None].expand(batch, kv_heads, group_size, length, d_head)
+    return x.reshape(batch, kv_heads * group_size, length, d_head)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -261,7 +263,7 @@ class GroupedQueryAttention(nn.Module):
         d_model: int,
         n_heads: int,
         n_kv_heads: int,
-        d_head: int,
+        d_k: int,
         max_len: int,
         rope_base: float = 10000.0,
         bias: bool = False,
@@ -271,20 +273,20 @@ class GroupedQueryAttention(nn.Module):
         check_positive_int("d_model", d_model)
         self.backend = check_backend(backend)  # a runtime choice: not in the state dict
         self.n_kv_heads = check_kv_heads(n_heads, n_kv_heads)
-        self.n_heads, self.d_head = n_heads, _check_head_dim(d_head)
-        self.w_q = nn.Linear(d_model, n_heads * d_head, bias=bias)
-        self.w_k = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
-        self.w_v = nn.Linear(d_model, n_kv_heads * d_head, bias=bias)
-        self.w_o = nn.Linear(n_heads * d_head, d_model, bias=bias)
-        self.rotary = RotaryEmbedding(d_head, max_len, rope_base)
+        self.n_heads, self.d_k = n_heads, _check_head_dim(d_k)  # d_v = d_k, as in Llama
+        self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)
+        self.w_o = nn.Linear(n_heads * d_k, d_model, bias=bias)
+        self.rotary = RotaryEmbedding(d_k, max_len, rope_base)
 
     def extra_repr(self) -> str:
-        return f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, d_head={self.d_head}"
+        return f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, d_k={self.d_k}"
 
     def heads(self, x: Tensor, proj: nn.Linear, n: int) -> Tensor:
-        """`(B, T, d_model)` -> `(B, n, T, d_head)` through `proj`."""
+        """`(B, T, d_model)` -> `(B, n, T, d_k)` through `proj`."""
         batch, length, _ = x.shape
-        return proj(x).view(batch, length, n, self.d_head).transpose(1, 2)
+        return proj(x).view(batch, length, n, self.d_k).transpose(1, 2)
 
     def forward(
         self,
@@ -302,11 +304,11 @@ class GroupedQueryAttention(nn.Module):
         q, k = self.rotary(q, k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
-        # each key/value head serves `groups` query heads (repeat_kv, or the kernel's own
+        # each key/value head serves `group_size` query heads (repeat_kv, or the kernel's own
         # grouping); ModernLM checked the tokens and built the mask at its door
-        out, _ = attend(q, k, v, mask, backend=self.backend)  # (B, n_heads, T, d_head)
+        out, _ = attend(q, k, v, mask, backend=self.backend)  # (B, n_heads, T, d_k)
         batch, _, length, _ = out.shape
-        return self.w_o(out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head))
+        return self.w_o(out.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_k))
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,48 +318,45 @@ class GroupedQueryAttention(nn.Module):
 
 @dataclass(frozen=True)
 class ModernConfig:
-    """Hyper-parameters of `ModernLM` (the paper's names where they exist).
+    """Hyper-parameters of `ModernLM`, in the names of the book's other configs.
 
-    `n_kv_heads` defaults to `n_heads` (multi-head attention); `d_head` to
-    `d_model // n_heads`; `d_ff` to `swiglu_hidden(4 * d_model)`, the SwiGLU width with the
-    parameters of the paper's 4·d_model ReLU FFN. The defaults are Llama 1's: no biases,
-    RMSNorm with eps 1e-6 (Llama 2 and 3: 1e-5), rotary base 10,000 (Llama 3: 500,000),
-    untied output layer. `fused` switches attention to PyTorch's kernel (speed only, same
-    outputs to float precision); it is chosen when loading, not saved (`utils.checkpoint`).
+    `n_kv_heads` defaults to `n_heads` (multi-head attention); `d_k`, the width of each head's
+    queries, keys and values (Llama has d_v = d_k), to `d_model // n_heads`; `d_ff` to
+    `swiglu_hidden(4 * d_model)`, the SwiGLU width with the parameters of the paper's
+    4·d_model ReLU FFN. The defaults stay `None` in the config (so `replace(d_model=...)`
+    moves them too) and are resolved by `kv_heads`, `key_dim` and `ff_dim`. The rest are
+    Llama 1's: no biases, RMSNorm with `norm_eps` 1e-6 (Llama 2 and 3: 1e-5), rotary base
+    10,000 (Llama 3: 500,000), untied output layer. `fused` switches attention to PyTorch's
+    kernel (speed only, same outputs to float precision); it is chosen when loading, not
+    saved (`utils.checkpoint`). The table of every config's names: docs/CONVENTIONS.md.
     """
 
     vocab_size: int
     d_model: int = 128
     n_heads: int = 4
     n_kv_heads: int | None = None
-    d_head: int | None = None
+    d_k: int | None = None
     d_ff: int | None = None
     n_layers: int = 4
     max_len: int = 256
     rope_base: float = 10000.0
-    eps: float = 1e-6
+    norm_eps: float = 1e-6
     tie_embeddings: bool = False
     fused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
             check_positive_int(name, getattr(self, name))
-        if self.n_kv_heads is None:
-            object.__setattr__(self, "n_kv_heads", self.n_heads)
-        check_kv_heads(self.n_heads, self.n_kv_heads)
-        if self.d_head is None:
-            if self.d_model % self.n_heads != 0:
-                raise ValueError(
-                    f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_head "
-                    f"is not given (it defaults to d_model // n_heads)"
-                )
-            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
-        _check_head_dim(self.d_head)
-        if self.d_ff is None:
-            object.__setattr__(self, "d_ff", swiglu_hidden(4 * self.d_model))
-        check_positive_int("d_ff", self.d_ff)
+        check_kv_heads(self.n_heads, self.kv_heads)
+        if self.d_k is None and self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_k "
+                f"is not given (it defaults to d_model // n_heads)"
+            )
+        _check_head_dim(self.key_dim)
+        check_positive_int("d_ff", self.ff_dim)
         check_positive_float("rope_base", self.rope_base)
-        check_positive_float("eps", self.eps)
+        check_positive_float("norm_eps", self.norm_eps)
         check_bool("tie_embeddings", self.tie_embeddings)
         check_bool("fused", self.fused)
 
@@ -367,21 +366,18 @@ class ModernConfig:
 
     @property
     def kv_heads(self) -> int:
-        """`n_kv_heads` as an int (filled in by `__post_init__`)."""
-        assert self.n_kv_heads is not None
-        return self.n_kv_heads
+        """`n_kv_heads`, or `n_heads` when it is `None`."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
-    def head_dim(self) -> int:
-        """`d_head` as an int (filled in by `__post_init__`)."""
-        assert self.d_head is not None
-        return self.d_head
+    def key_dim(self) -> int:
+        """`d_k`, or `d_model // n_heads` when it is `None` (as `TransformerConfig.key_dim`)."""
+        return self.d_model // self.n_heads if self.d_k is None else self.d_k
 
     @property
     def ff_dim(self) -> int:
-        """`d_ff` as an int (filled in by `__post_init__`)."""
-        assert self.d_ff is not None
-        return self.d_ff
+        """`d_ff`, or `swiglu_hidden(4 * d_model)` when it is `None`."""
+        return swiglu_hidden(4 * self.d_model) if self.d_ff is None else self.d_ff
 
 
 class ModernBlock(nn.Module):
@@ -392,17 +388,17 @@ class ModernBlock(nn.Module):
 
     def __init__(self, config: ModernConfig) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(config.d_model, config.eps)
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
         self.attn = GroupedQueryAttention(
             config.d_model,
             config.n_heads,
             config.kv_heads,
-            config.head_dim,
+            config.key_dim,
             config.max_len,
             config.rope_base,
             backend="sdpa" if config.fused else "readable",
         )
-        self.ffn_norm = RMSNorm(config.d_model, config.eps)
+        self.ffn_norm = RMSNorm(config.d_model, config.norm_eps)
         self.ffn = SwiGLU(config.d_model, config.ff_dim)
 
     def forward(
@@ -427,6 +423,11 @@ class ModernLM(Pretrained, nn.Module):
     kind = "modern"  # in config.json (utils.checkpoint)
     config_class = ModernConfig
     runtime_fields = ("fused",)  # the attention kernel: chosen when loading, not saved
+    former_names = {  # format version 1's names
+        "eps": "norm_eps",
+        "d_head": "d_k",
+        "lm_head.weight": "generator.proj.weight",
+    }
 
     def __init__(self, config: ModernConfig) -> None:
         super().__init__()
@@ -435,10 +436,10 @@ class ModernLM(Pretrained, nn.Module):
         self.config = config
         self.embed = TokenEmbedding(config.vocab_size, config.d_model, scale=False)
         self.layers = nn.ModuleList(ModernBlock(config) for _ in range(config.n_layers))
-        self.norm = RMSNorm(config.d_model, config.eps)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.generator = Generator(config.d_model, config.vocab_size, bias=False)
         if config.tie_embeddings:
-            tie_weights(self.lm_head, self.embed)
+            tie_weights(self.generator.proj, self.embed)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -463,7 +464,7 @@ class ModernLM(Pretrained, nn.Module):
             x = layer(x, mask, None if cache is None else cache.self_attn[i], offset)
         if cache is not None:
             cache.length = offset + tokens.shape[1]
-        return self.lm_head(self.norm(x))
+        return self.generator(self.norm(x))
 
 
 class ModernScorer:

@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         n_layers=args.layers,
         dropout=args.dropout,
         norm_first=True,
-        share_embeddings=True,
+        tie_embeddings=True,
         max_len=256,
         fused=True,
     )
