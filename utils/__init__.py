@@ -20,6 +20,7 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `data`         padding, shifted decoder input, length buckets, synthetic tasks -- notebook 10
 - `training`     label smoothing, warm-up schedule, the training loop  -- notebook 10
 - `parallel`     several small training runs at once, one per CPU core -- notebooks 10, 13
+- `stats`        exact binomial bounds and tests, bootstraps, BLEU intervals -- notebooks 10-13
 - `distributed`  data parallelism: process group, bucketed sampler, token-mean loss -- notebook 14
 - `decoding`     greedy search, beam search, sampling (batched, key/value cache) -- notebook 11
 - `corpora`      the Bible and Shakespeare texts shipped under data/   -- notebooks 12-13
