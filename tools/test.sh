@@ -4,7 +4,10 @@
 #      and mypy over utils/ (its settings: pyproject.toml);
 #   2. notebook hygiene (clean top-to-bottom runs, the shared setup cell, no stray metadata);
 #   3. the LaTeX check: every formula typesets in MathJax 3 (installs mathjax-full via npm once);
-#   4. pytest over tests/ and nbval (strict) over every notebook, on 2 workers;
+#   4. pytest over tests/ and nbval (strict) over every notebook, on 2 workers, printing the
+#      ten slowest notebooks (tools/book/nbtimes.py); then each chapter's budget table
+#      (tools/book/budget.py: main-line words and code lines, running time; printed, not
+#      yet enforced);
 #   5. the HTML book: built, then every page checked in headless Chromium.
 # Runs every step even when an earlier one fails, and exits non-zero if any failed.
 set -uo pipefail
@@ -29,8 +32,11 @@ fi
 "$PY" tools/book/check_latex.py || status=1
 
 step "pytest: unit tests and nbval over every notebook"
-"$PY" -m pytest -n 2 --dist loadscope tests notebooks \
+"$PY" -m pytest -n 2 --dist loadscope -p nbtimes tests notebooks \
     --nbval --nbval-current-env --nbval-sanitize-with tools/book/nbval_sanitize.cfg "$@" || status=1
+
+step "chapter budgets (words, lines and minutes of each notebook)"
+"$PY" tools/book/budget.py || status=1
 
 step "HTML book: build and browser check"
 # Builds _build/html from the committed notebooks, then opens every page in Chromium
