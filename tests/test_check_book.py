@@ -500,3 +500,101 @@ def test_sphinx_turns_exercise_links_into_links_to_the_anchors(tmp_path):
         assert f'href="../{stem}.html#exercise-{n}"' in solutions_html
     index = (html / "index.html").read_text(encoding="utf-8")
     assert index.index(build_book.CHAPTERS_CAPTION) < index.index(build_book.SOLUTIONS_CAPTION)
+
+
+# ---------------------------------------------------------------------------------------
+# Interactive views (utils.plotting.explore_attention) as the book draws them: one that works,
+# and one page per fault: a view missing from its page, one that cannot draw (no plotly.js),
+# one whose menu changes nothing.
+
+VIEW_FAULTS = {
+    "view_missing": ("article", "the notebook has 1 interactive view(s), the page shows 0"),
+    "view_undrawn": ("interactive view 0", "did not draw (no plotly .main-svg"),
+    "view_stuck": ("interactive view 0", "in its menu changed nothing drawn"),
+}
+
+
+def view_spec() -> dict:
+    import torch
+
+    from utils.plotting import explore_attention
+
+    weights = torch.softmax(3 * torch.randn(2, 3, 4, 4, generator=torch.manual_seed(0)), -1)
+    return explore_attention(weights, ["<bos>", "the", "cat", "sat"]).to_json()
+
+
+@pytest.fixture(scope="module")
+def view_site(tmp_path_factory):
+    pytest.importorskip("plotly")
+    from plotly.offline import get_plotlyjs
+
+    site = tmp_path_factory.mktemp("views")
+    (site / "_static" / "plotly").mkdir(parents=True)
+    (site / "_static" / build_book.PLOTLY_JS).write_text(get_plotlyjs(), encoding="utf-8")
+    (site / "_mathjax").mkdir()
+    shutil.copy(MATHJAX / build_book.MATHJAX_BUNDLE, site / "_mathjax")
+    (site / "_sources").mkdir()
+    (site / "index.html").write_text(page("<h1>Views</h1>"))
+    spec = view_spec()
+    stuck = json.loads(json.dumps(spec))
+    for button in stuck["layout"]["updatemenus"][0]["buttons"]:  # every entry shows head 0
+        button["args"] = [{"visible": [t["visible"] for t in stuck["data"]]}]
+    bodies = {
+        "view": build_book.interactive_html(spec, "v"),
+        "view_missing": "<p>no view here</p>",
+        "view_undrawn": build_book.interactive_html(spec, "v"),
+        "view_stuck": build_book.interactive_html(stuck, "v"),
+    }
+    output = new_output(
+        "execute_result", data={build_book.PLOTLY_MIMETYPE: spec}, execution_count=1
+    )
+    for name, body in bodies.items():
+        cell = new_code_cell("view", execution_count=1, outputs=[output])
+        nbformat.write(new_notebook(cells=[cell]), site / "_sources" / f"{name}.ipynb")
+        html = page(body, f"{name}.ipynb")
+        if name != "view_undrawn":
+            script = f'<script src="_static/{build_book.PLOTLY_JS}"></script>'
+            html = html.replace("</head>", f"{script}\n</head>")
+        (site / f"{name}.html").write_text(html)
+    return site
+
+
+@pytest.fixture(scope="module")
+def view_report(chromium, view_site, tmp_path_factory):
+    return check_site(view_site, browser=chromium, screenshots=tmp_path_factory.mktemp("shots"))
+
+
+@pytest.mark.slow
+def test_a_working_view_draws_responds_and_is_photographed(view_report):
+    assert [p for p in view_report.problems if p.page in ("index.html", "view.html")] == []
+    assert view_report.views == 3  # view, view_undrawn (found, not drawn), view_stuck
+    shots = [s for s in view_report.screenshots if s.name.startswith("interactive_")]
+    assert [s.name for s in shots] == ["interactive_view.png"]
+    assert shots[0].read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(VIEW_FAULTS))
+def test_each_broken_view_is_named(view_report, name):
+    element, message = VIEW_FAULTS[name]
+    found = [p for p in view_report.problems if p.page == f"{name}.html"]
+    assert any(element in p.element and message in p.message for p in found), "\n".join(
+        map(str, found)
+    )
+
+
+def test_the_build_draws_plotly_outputs_with_the_pages_plotly_js():
+    spec = view_spec()
+    fallback = "<em>run the notebook to explore it</em>"
+    output = new_output(
+        "display_data", data={build_book.PLOTLY_MIMETYPE: spec, "text/html": fallback}
+    )
+    nb = new_notebook(cells=[new_code_cell("view", outputs=[output, output])])
+    nb_dict = json.loads(nbformat.writes(nb))
+    assert build_book._draw_interactive(nb_dict, "notebooks/05_x") == 2
+    first, second = (o["data"] for o in nb_dict["cells"][0]["outputs"])
+    assert build_book.PLOTLY_MIMETYPE not in first  # myst-nb renders the HTML, which draws it
+    assert first["text/html"].startswith(f'<div class="{build_book.INTERACTIVE_CLASS}">')
+    assert 'id="notebooks-05_x-view-0"' in first["text/html"]
+    assert 'id="notebooks-05_x-view-1"' in second["text/html"]
+    assert "Plotly.newPlot" in first["text/html"] and "plotly.js v" not in first["text/html"]

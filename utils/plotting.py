@@ -1,13 +1,17 @@
-"""Heatmaps with one look for every picture in the book.
+"""Heatmaps with one look for every picture in the book, and one interactive view.
 
-Every function accepts a torch tensor or a NumPy array, validates its rank and labels, and
-returns the matplotlib figure and axes so a notebook can adjust them.
+Every function accepts a torch tensor or a NumPy array and validates its rank and labels. The
+heatmaps return the matplotlib figure and axes so a notebook can adjust them;
+`explore_attention` returns an `AttentionView`, a plotly figure with menus for the layer and
+the head, which draws offline in JupyterLab, Colab and the HTML book.
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -18,6 +22,9 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 __all__ = [
     "ATTENTION_CMAP",
     "plot_attention",
@@ -25,6 +32,9 @@ __all__ = [
     "plot_positional_encoding",
     "plot_attention_grid",
     "plot_history",
+    "explore_attention",
+    "AttentionView",
+    "PLOTLY_MIMETYPE",
 ]
 
 ATTENTION_CMAP = "viridis"  # perceptually uniform: weight 0 is dark, weight 1 is bright
@@ -346,3 +356,312 @@ def plot_history(
     if title:
         fig.suptitle(title)
     return fig, np.asarray(axes, dtype=object)
+
+
+# ---------------------------------------------------------------------------------------
+# The interactive view: plotly, which draws offline in JupyterLab (its mime renderer ships
+# with the plotly package), in Colab (the page carries plotly.js) and in the HTML book (the
+# build draws the figure's JSON with the book's own copy of plotly.js).
+
+PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
+_ROW_SUM_TOLERANCE = 1e-3  # float32 softmax rows sum to 1 within ~1e-6; 1e-3 allows bf16
+_WHITESPACE_SHOWN = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+
+
+def _weights_stack(weights: object) -> np.ndarray:
+    """`(layers, heads, L_q, L_k)` float32 from a 3-D or 4-D array or a list of 3-D ones."""
+    if isinstance(weights, list | tuple):
+        if not weights:
+            raise ValueError("weights is an empty list; give one (heads, L_q, L_k) per layer")
+        layers = [_as_array(w, 3, f"weights[{i}]") for i, w in enumerate(weights)]
+        shapes = {w.shape for w in layers}
+        if len(shapes) != 1:
+            got = ", ".join(str(tuple(w.shape)) for w in layers)
+            raise ValueError(
+                f"every layer's weights must have one shape (heads, L_q, L_k), got {got}"
+            )
+        w = np.stack(layers)
+    else:
+        w = _as_array(cast(torch.Tensor | np.ndarray, weights), (3, 4), "weights")
+        if w.ndim == 3:
+            w = w[None]
+    return np.asarray(w, dtype=np.float32)
+
+
+def _check_distributions(w: np.ndarray, rows_sum_to_one: bool) -> None:
+    """Attention weights: finite, in [0, 1], each query row a distribution (or all zero)."""
+    bad = ~np.isfinite(w)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(
+            f"weights must be finite, got {int(bad.sum())} NaN or inf values "
+            f"(the first at (layer, head, query, key) = {where})"
+        )
+    low, high = float(w.min()), float(w.max())
+    if low < -1e-6 or high > 1 + 1e-6:
+        raise ValueError(
+            f"attention weights lie in [0, 1], got values from {low:.3g} to {high:.3g} "
+            "(scores before the softmax?)"
+        )
+    if not rows_sum_to_one:
+        return
+    sums = w.sum(-1, dtype=np.float64)  # (layers, heads, L_q): one per query row
+    off = np.minimum(np.abs(sums - 1.0), np.abs(sums))  # a fully masked row is all zero
+    if off.max() > _ROW_SUM_TOLERANCE:
+        where = tuple(int(i) for i in np.unravel_index(int(off.argmax()), off.shape))
+        raise ValueError(
+            "each query row of attention weights sums to 1 over the keys (or to 0 when "
+            f"fully masked), got a row summing to {float(sums[where]):.4f} at (layer, head, "
+            f"query) = {where}; pass rows_sum_to_one=False for maps cut to some of their keys"
+        )
+
+
+def _token_text(token: str) -> str:
+    """A token as plotly shows it: whitespace made visible, `<`, `>`, `&` as entities
+    (plotly reads labels as HTML, so `<bos>` would vanish as an unknown tag)."""
+    if token == "" or token.isspace():
+        token = "".join(_WHITESPACE_SHOWN.get(ch, "·") for ch in token) or "∅"
+    return token.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _names(names: Sequence[str] | None, count: int, what: str, default: str) -> list[str]:
+    if names is None:
+        return [f"{default} {i}" for i in range(count)]
+    if isinstance(names, str) or len(names) != count:
+        got = "one string" if isinstance(names, str) else f"{len(names)} names"
+        raise ValueError(f"{what} must give one name per {default} ({count}), got {got}")
+    return [str(n) for n in names]
+
+
+class AttentionView:
+    """An interactive attention view (`explore_attention`): a plotly figure with a menu for the
+    head (and one for the layer), that shows itself in JupyterLab, Colab and the HTML book.
+
+    `weights (layers, heads, L_q, L_k)` is what it was given (float32); `figure` is the plotly
+    figure, one heatmap per layer and head plus one per layer for the heads' mean, one visible
+    at a time; `trace(layer, head)` is the heatmap of one map (`head=None`: the mean).
+    """
+
+    def __init__(
+        self, figure: go.Figure, weights: np.ndarray, queries: list[str], keys: list[str]
+    ) -> None:
+        self.figure = figure
+        self.weights = weights
+        self.queries = queries
+        self.keys = keys
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        n_layers, n_heads, n_q, n_k = self.weights.shape
+        return n_layers, n_heads, n_q, n_k
+
+    def trace(self, layer: int, head: int | None) -> go.Heatmap:
+        """The heatmap of `layer`'s `head` (`None`: the mean over heads)."""
+        n_layers, n_heads = self.shape[:2]
+        if not 0 <= layer < n_layers or (head is not None and not 0 <= head < n_heads):
+            raise ValueError(
+                f"layer must be in 0..{n_layers - 1} and head in 0..{n_heads - 1} or None, "
+                f"got layer={layer}, head={head}"
+            )
+        per_layer = n_heads + 1  # the mean, then the heads
+        return self.figure.data[layer * per_layer + (0 if head is None else head + 1)]
+
+    def to_json(self) -> dict:
+        """The figure as plotly.js reads it: `{"data", "layout", "config"}`, arrays in base64."""
+        import plotly.io as pio
+
+        spec = json.loads(pio.to_json(self.figure, validate=False))
+        spec["config"] = {"displaylogo": False, "responsive": False}
+        return spec
+
+    def to_html(self, *, include_plotlyjs: bool = True) -> str:
+        """A `<div>` that draws the view; with plotly.js inside it (4-5 MB) unless told not to."""
+        import plotly.io as pio
+
+        return pio.to_html(
+            self.to_json(),
+            include_plotlyjs=include_plotlyjs,
+            full_html=False,
+            validate=False,
+            config=self.to_json()["config"],
+        )
+
+    def __repr__(self) -> str:
+        n_layers, n_heads, n_q, n_k = self.shape
+        return (
+            f"AttentionView: {n_layers} layer(s) x {n_heads} heads, {n_q} queries x {n_k} keys "
+            "(interactive: choose a head, hover a cell)"
+        )
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict:
+        """What Jupyter shows. Colab draws only HTML: there the view carries plotly.js itself
+        (nothing is fetched). Elsewhere the output is plotly's JSON, which JupyterLab draws
+        with the renderer that ships with plotly and the HTML book with its own plotly.js,
+        plus a line of HTML for viewers that can draw neither (GitHub, nbviewer)."""
+        if "google.colab" in sys.modules:
+            return {"text/html": self.to_html(include_plotlyjs=True), "text/plain": repr(self)}
+        n_layers, n_heads, n_q, n_k = self.shape
+        fallback = (
+            '<div class="attention-view-fallback"><em>Interactive attention view '
+            f"({n_layers} layer(s) x {n_heads} heads, {n_q} x {n_k}): run the notebook in "
+            "JupyterLab or Colab, or read the HTML book, to explore it.</em></div>"
+        )
+        return {PLOTLY_MIMETYPE: self.to_json(), "text/html": fallback, "text/plain": repr(self)}
+
+
+def explore_attention(
+    weights: torch.Tensor | np.ndarray | Sequence[torch.Tensor | np.ndarray],
+    queries: Sequence[str],
+    keys: Sequence[str] | None = None,
+    *,
+    head_names: Sequence[str] | None = None,
+    layer_names: Sequence[str] | None = None,
+    title: str | None = None,
+    layer: int = 0,
+    head: int | None = 0,
+    vmax: float | None = 1.0,
+    rows_sum_to_one: bool = True,
+) -> AttentionView:
+    """An interactive view of one example's attention: pick the layer and the head (or all heads
+    averaged) from menus, hover a cell to read its query token, key token and weight.
+
+    `weights`: `(layers, heads, L_q, L_k)`, `(heads, L_q, L_k)` (one layer) or a list of
+    per-layer `(heads, L_q, L_k)`; self- or cross-attention. `queries` labels the `L_q` rows,
+    `keys` the `L_k` columns (default: `queries`, self-attention). Each query row must be a
+    distribution over the keys (or all zero, a fully masked row): `rows_sum_to_one=False` lets
+    through maps cut to some of their keys. `layer`, `head` pick the map shown first
+    (`head=None`: the mean); `vmax=1.0` keeps maps comparable, `None` scales each to its max.
+    Display the returned `AttentionView` (the last line of a cell); its `figure` is plotly's.
+    """
+    import plotly.graph_objects as go
+
+    w = _weights_stack(weights)
+    n_layers, n_heads, n_q, n_k = w.shape
+    _check_distributions(w, rows_sum_to_one)
+    if keys is None and n_q != n_k:
+        raise ValueError(
+            f"weights are {n_q} queries x {n_k} keys: cross-attention needs the keys' tokens "
+            "(keys=...)"
+        )
+    query_list = _check_labels(queries, n_q, "queries", "query row")
+    key_list = _check_labels(queries if keys is None else keys, n_k, "keys", "key column")
+    if not isinstance(query_list, list) or not isinstance(key_list, list):
+        raise ValueError("queries must be a sequence of token strings, got None")
+    heads = _names(head_names, n_heads, "head_names", "head")
+    layers = _names(layer_names, n_layers, "layer_names", "layer")
+    if not 0 <= layer < n_layers or (head is not None and not 0 <= head < n_heads):
+        raise ValueError(
+            f"layer must be in 0..{n_layers - 1} and head in 0..{n_heads - 1} or None, "
+            f"got layer={layer}, head={head}"
+        )
+
+    # Categories unique per position (a sentence may repeat a word), shown as the bare token.
+    y_cats = [f"{i}: {_token_text(t)}" for i, t in enumerate(query_list)]
+    x_cats = [f"{j}: {_token_text(t)}" for j, t in enumerate(key_list)]
+    maps = np.concatenate([w.mean(1, keepdims=True), w], axis=1)  # (layers, 1 + heads, q, k)
+    choices = ["all heads (mean)", *heads]
+    shown = layer * (n_heads + 1) + (0 if head is None else head + 1)
+    figure = go.Figure()
+    for li in range(n_layers):
+        for ci in range(n_heads + 1):
+            z = np.ascontiguousarray(maps[li, ci])
+            figure.add_trace(
+                go.Heatmap(
+                    z=z,
+                    x=x_cats,
+                    y=y_cats,
+                    zmin=0.0,
+                    zmax=vmax if vmax is not None else max(float(z.max()), 1e-6),
+                    colorscale=ATTENTION_CMAP.capitalize(),
+                    colorbar={"title": {"text": "weight"}, "thickness": 12},
+                    hovertemplate=(
+                        "query %{y}<br>key %{x}<br>weight %{z:.3f}"
+                        f"<extra>{layers[li]}, {choices[ci]}</extra>"
+                    ),
+                    name=f"{layers[li]}, {choices[ci]}",
+                    visible=li * (n_heads + 1) + ci == shown,
+                    xgap=0,
+                    ygap=0,
+                )
+            )
+
+    n_traces = n_layers * (n_heads + 1)
+
+    def head_buttons(li: int) -> list[dict]:
+        return [
+            {
+                "label": choices[ci],
+                "method": "restyle",
+                "args": [{"visible": [t == li * (n_heads + 1) + ci for t in range(n_traces)]}],
+            }
+            for ci in range(n_heads + 1)
+        ]
+
+    # Cells big enough to read a token beside them, the whole map within a notebook column.
+    longest = max(n_q, n_k)
+    cell = float(np.clip(520 / longest, 9, 30))
+    font = int(np.clip(cell * 0.8, 8, 12))
+    label_step = 1 if cell * 1.1 >= font else 2
+
+    menu_style = {"type": "dropdown", "direction": "down", "showactive": True, "yanchor": "bottom"}
+    head_menu = {
+        **menu_style,
+        "buttons": head_buttons(layer),
+        "active": 0 if head is None else head + 1,
+        "x": 0.0 if n_layers == 1 else min(0.6, 100 / (n_k * cell + 40)),  # after the layer menu
+        "xanchor": "left",
+        "y": 1.02,
+        "name": "head",
+    }
+    menus = [head_menu]
+    if n_layers > 1:  # choosing a layer shows its mean and gives the head menu that layer's heads
+        layer_buttons = [
+            {
+                "label": layers[li],
+                "method": "update",
+                "args": [
+                    {"visible": [t == li * (n_heads + 1) for t in range(n_traces)]},
+                    {
+                        "updatemenus[0].buttons": head_buttons(li),
+                        "updatemenus[0].active": 0,
+                    },
+                ],
+            }
+            for li in range(n_layers)
+        ]
+        menus.append(
+            {
+                **menu_style,
+                "buttons": layer_buttons,
+                "active": layer,
+                "x": 0.0,
+                "xanchor": "left",
+                "y": 1.02,
+                "name": "layer",
+            }
+        )
+
+    def ticks(cats: list[str], tokens: list[str]) -> dict:
+        kept = range(0, len(cats), label_step)
+        return {
+            "tickmode": "array",
+            "tickvals": [cats[i] for i in kept],
+            "ticktext": [_token_text(tokens[i]) for i in kept],
+            "tickfont": {"size": font},
+            "automargin": True,
+            "showgrid": False,
+        }
+
+    figure.update_layout(
+        template="none",
+        title={"text": title or "", "x": 0.01, "xanchor": "left", "y": 0.99, "yanchor": "top"},
+        width=int(n_k * cell + 260),
+        height=int(n_q * cell + 230),
+        margin={"l": 60, "r": 20, "t": 100 if title else 70, "b": 60},
+        xaxis={**ticks(x_cats, key_list), "title": {"text": "key"}, "tickangle": -90},
+        yaxis={**ticks(y_cats, query_list), "title": {"text": "query"}, "autorange": "reversed"},
+        updatemenus=menus,
+        plot_bgcolor="white",
+        paper_bgcolor="white",
+    )
+    return AttentionView(figure, w, query_list, key_list)

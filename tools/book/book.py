@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"  # one notebook of worked solutions per chapter (issue #18)
 REPO_URL = "https://github.com/attention-book/attention-book"
+# An interactive view (utils.plotting.explore_attention) in a notebook's outputs: plotly's JSON
+# under this mimetype; in the HTML book it is drawn inside an element of this class.
+PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
+INTERACTIVE_CLASS = "book-interactive"
 
 SETUP_CELL_TEMPLATE = """\
 # Setup, the same in every notebook: install the book in Colab, import `utils`, seed

@@ -26,6 +26,13 @@ What it does:
    JupyterLab's without the packages that hide errors, so a formula that passes the check
    renders here as in Jupyter, and one that does not shows as an error the browser check sees.
 
+4. Draws the interactive views (plotly figures: ``utils.plotting.explore_attention``). A
+   notebook stores such a view as plotly's JSON (``application/vnd.plotly.v1+json``, which
+   JupyterLab draws with the renderer that ships with plotly) and a line of HTML for viewers
+   that cannot; myst-nb renders only the HTML, so the build replaces that line with a ``<div>``
+   that draws the JSON (`interactive_html`), and the pages that have one load plotly.js once,
+   from ``_static/plotly/plotly.min.js``, a copy of the installed plotly's (`copy_plotly`).
+
 Warnings fail the build (a broken cross-reference is a broken book). ``tools/book/check_book.py``
 then opens every page in Chromium and checks what a reader would see.
 """
@@ -42,7 +49,14 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
-from book import REPO_URL, ROOT, notebook_paths, solution_paths  # tools/book/book.py, beside this
+from book import (  # tools/book/book.py, beside this
+    INTERACTIVE_CLASS,
+    PLOTLY_MIMETYPE,
+    REPO_URL,
+    ROOT,
+    notebook_paths,
+    solution_paths,
+)
 from check_latex import LATEX_DIR  # the LaTeX check's node package: MathJax for the pages too
 
 BUILD = ROOT / "_build"
@@ -84,6 +98,7 @@ div.cell .cell_output pre {
   overflow-wrap: anywhere;
 }
 """
+PLOTLY_JS = "plotly/plotly.min.js"  # in _static, on the pages that draw a plotly figure
 TITLE = "Attention, derived"
 CHAPTERS_CAPTION = "Notebooks"
 SOLUTIONS_CAPTION = "Worked solutions"
@@ -293,9 +308,50 @@ def _docname(path: Path) -> str:
     return path.relative_to(ROOT).with_suffix("").as_posix()
 
 
-def _relink_notebook(staged: set[str]):
-    """A Sphinx ``source-read`` handler: `relink` in each notebook's markdown cells, and the
-    setup cell (the first code cell) folded to a one-line toggle.
+def interactive_html(spec: dict, div_id: str) -> str:
+    """The HTML that draws one plotly figure ``{"data", "layout", "config"}`` with the page's
+    plotly.js (plotly's own `to_html`, without the library)."""
+    import plotly.io as pio  # requirements-book.txt
+
+    figure = {"data": spec.get("data", []), "layout": spec.get("layout", {})}
+    html = pio.to_html(
+        figure,
+        config=spec.get("config"),
+        include_plotlyjs=False,
+        full_html=False,
+        validate=False,
+        div_id=div_id,
+    )
+    return f'<div class="{INTERACTIVE_CLASS}">{html}</div>'
+
+
+def _draw_interactive(nb: dict, docname: str) -> int:
+    """Give each output that carries plotly's JSON the HTML that draws it; return how many."""
+    count = 0
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if PLOTLY_MIMETYPE in data:
+                div_id = f"{docname.replace('/', '-')}-view-{count}"
+                data["text/html"] = interactive_html(data.pop(PLOTLY_MIMETYPE), div_id)
+                count += 1
+    return count
+
+
+def _load_plotly(interactive: set[str]):
+    """A Sphinx ``html-page-context`` handler: plotly.js on the pages in ``interactive``."""
+
+    def handler(app, pagename: str, templatename: str, context: dict, doctree) -> None:
+        if pagename in interactive:
+            app.add_js_file(PLOTLY_JS)
+
+    return handler
+
+
+def _relink_notebook(staged: set[str], interactive: set[str] | None = None):
+    """A Sphinx ``source-read`` handler: `relink` in each notebook's markdown cells, the
+    setup cell (the first code cell) folded to a one-line toggle, and the interactive views
+    drawn (`_draw_interactive`; their pages are added to ``interactive``).
 
     Only what Sphinx parses changes; the ``.ipynb`` offered for download is the notebook as
     committed. The fold is myst-nb's ``hide-input`` tag, added here rather than in the
@@ -322,6 +378,8 @@ def _relink_notebook(staged: set[str]):
                 cell["source"] = relink(
                     "".join(text) if isinstance(text, list) else text, folder, staged
                 )
+        if _draw_interactive(nb, docname) and interactive is not None:
+            interactive.add(docname)
         source[0] = json.dumps(nb)
 
     return handler
@@ -424,13 +482,25 @@ def copy_mathjax() -> None:
     shutil.copytree(MATHJAX_ES5, target, ignore=unused)
 
 
+def copy_plotly() -> None:
+    """plotly.js (the installed plotly's copy, which JupyterLab's renderer matches) into
+    _static/plotly: the pages with an interactive view load it from there."""
+    from plotly.offline import get_plotlyjs  # requirements-book.txt
+
+    target = HTML / "_static" / PLOTLY_JS
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(get_plotlyjs(), encoding="utf-8")
+
+
 def build(*, quiet: bool = True) -> Path:
     """Build the site into _build/html from the current tree; return index.html's path."""
     ensure_mathjax()
     packages = mathjax_packages()
     docs, staged = stage()
-    run_sphinx(SRC, HTML, DOCTREES, sphinx_config(packages), staged, quiet=quiet)
+    interactive = run_sphinx(SRC, HTML, DOCTREES, sphinx_config(packages), staged, quiet=quiet)
     copy_mathjax()
+    if interactive:
+        copy_plotly()
     missing = [d for d in ["index", *docs] if not (HTML / f"{d}.html").is_file()]
     if missing:
         raise BookBuildError(f"pages missing from the build: {missing}")
@@ -439,9 +509,9 @@ def build(*, quiet: bool = True) -> Path:
 
 def run_sphinx(
     src: Path, html: Path, doctrees: Path, config: dict, staged: set[str], *, quiet: bool = True
-) -> None:
+) -> set[str]:
     """Sphinx over the staged sources ``src`` into ``html``, with the book's handlers; any
-    warning is a `BookBuildError`."""
+    warning is a `BookBuildError`. Returns the pages that draw an interactive view."""
     from sphinx.application import Sphinx  # imported late: `--help` works without Sphinx
 
     for folder in (html, doctrees):
@@ -460,11 +530,14 @@ def run_sphinx(
         freshenv=True,
         warningiserror=True,
     )
-    app.connect("source-read", _relink_notebook(staged))
+    interactive: set[str] = set()
+    app.connect("source-read", _relink_notebook(staged, interactive))
     app.connect("doctree-read", register_raw_anchors)
+    app.connect("html-page-context", _load_plotly(interactive))
     app.build()
     if app.statuscode != 0 or warnings.text:
         raise BookBuildError(f"Sphinx reported problems:\n{warnings.text}")
+    return interactive
 
 
 class _Tee:

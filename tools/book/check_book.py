@@ -24,14 +24,21 @@ fails, naming the page and the element, when:
   #exercise-N``, a page that exists and holds that element; for each ``## Exercise N``
   section of a solutions notebook, its page must hold the element and link back to
   ``../<chapter>.html#exercise-N``, which must hold it too;
+- an interactive view (a plotly figure: ``utils.plotting.explore_attention``) does not draw or
+  does not respond: the page must show as many views as its notebook's outputs hold (plotly's
+  JSON), each with plotly's ``.main-svg`` and drawn marks (a heatmap's image); choosing another
+  entry of its first menu (the head) with the mouse must change what is drawn, and hovering
+  its middle must show a label (query, key and weight). plotly.js comes from the site itself:
+  a request elsewhere fails as above;
 - a code cell (its input or an output) needs horizontal scrolling in the 1280 x 900 window:
   the book's style sheet (``build_book.BOOK_CSS``) fits a line of 100 characters, ruff's
   line-length, so a longer line in a notebook is what this reports. A folded cell (the setup
   cell) does not count.
 
-It saves two screenshots into ``_build/screenshots`` (``--screenshots DIR``): the notebook page
-with the most figures, scrolled to its first figure, and the one with the most display
-formulas, scrolled to where they are densest.
+It saves screenshots into ``_build/screenshots`` (``--screenshots DIR``): the notebook page
+with the most figures, scrolled to its first figure, the one with the most display
+formulas, scrolled to where they are densest, and the first interactive view of the book,
+after its menu was used, with a hover label showing (``interactive_<page>.png``).
 
 Exit status: 0 every page passes, 1 some problem (listed), 2 Chromium or the site is missing.
 """
@@ -50,7 +57,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from check_latex import LatexToolMissing, check_notebooks  # beside this script
+from book import INTERACTIVE_CLASS, PLOTLY_MIMETYPE  # beside this script
+from check_latex import LatexToolMissing, check_notebooks
 from solutions import exercises, read_cells, sections
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +106,7 @@ class Report:
     images: int = 0
     links: int = 0
     exercise_links: int = 0  # exercise -> solution and back, each checked
+    views: int = 0  # interactive views, each drawn and used
     screenshots: list[Path] = field(default_factory=list)
 
 
@@ -202,6 +211,41 @@ class DevTools:
 
     def screenshot(self, path: Path) -> None:
         self._page.screenshot(path=path)
+
+    def view(self, index: int):
+        """The `index`-th interactive view of the page (a Playwright locator)."""
+        return self._page.locator(f".{INTERACTIVE_CLASS}").nth(index)
+
+    def choose_another(self, index: int) -> str:
+        """Open the first menu of view `index` with the mouse and click an entry other than
+        the active one; return that entry's label ("" when the menu has one entry)."""
+        view = self.view(index)
+        active = self.evaluate(VIEW_STATE.replace("VIEW_INDEX", str(index)))["active"]
+        view.locator(".updatemenu-header-group").first.click()
+        buttons = view.locator(".updatemenu-dropdown-button")
+        if buttons.count() < 2:
+            return ""
+        choice = buttons.nth((active + 1) % buttons.count())
+        label = choice.text_content() or ""
+        choice.click()
+        return label
+
+    def hover_middle(self, index: int) -> str:
+        """Move the mouse to the middle of view `index`'s plot; the hover label's text."""
+        box = self.view(index).locator(".nsewdrag").first.bounding_box()
+        if box is None:
+            return ""
+        self._page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        hover = self.view(index).locator(".hoverlayer")
+        for _ in range(20):
+            text = hover.text_content() or ""
+            if text.strip():
+                return text
+            self._page.wait_for_timeout(50)
+        return ""
+
+    def screenshot_view(self, index: int, path: Path) -> None:
+        self.view(index).screenshot(path=path)
 
     def close(self) -> None:
         if self._browser is not None:
@@ -360,6 +404,38 @@ SCROLL_SCRIPT = r"""
 })(%s)
 """
 
+# The interactive views of a page, once plotly has drawn them (or 5 s have passed).
+VIEWS_SCRIPT = r"""
+(async () => {
+  const views = [...document.querySelectorAll('.VIEW_CLASS')];
+  const drawn = (v) => v.querySelector('.main-svg');
+  const marks = (v) => [...v.querySelectorAll('.hm image, .scatterlayer .trace')].filter(
+    (m) => m.tagName !== 'image' || (m.getAttribute('href') || '').startsWith('data:')).length;
+  for (let t = 0; t < 100 && !views.every((v) => drawn(v) && marks(v)); t++) {
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return views.map((v) => {
+    const gd = v.querySelector('.js-plotly-plot');
+    return {id: gd ? gd.id : '', drawn: !!drawn(v), marks: marks(v),
+            menus: v.querySelectorAll('.updatemenu-header-group').length};
+  });
+})()
+""".replace("VIEW_CLASS", INTERACTIVE_CLASS)
+
+# What view N draws now: its heatmaps' pixels and its traces' visibility, and the active
+# entry of its first menu.
+VIEW_STATE = r"""
+(() => {
+  const v = document.querySelectorAll('.VIEW_CLASS')[VIEW_INDEX];
+  const gd = v.querySelector('.js-plotly-plot');
+  const menus = (gd.layout && gd.layout.updatemenus) || [];
+  return {drawn: JSON.stringify([
+            [...v.querySelectorAll('.hm image')].map((i) => i.getAttribute('href')),
+            gd.data.map((t) => t.visible)]),
+          active: menus.length ? (menus[0].active || 0) : 0};
+})()
+""".replace("VIEW_CLASS", INTERACTIVE_CLASS)
+
 FIRST_FIGURE_Y = r"""
 (() => {
   const root = document.querySelector('article') || document.body;
@@ -409,6 +485,63 @@ def expected_figures(notebook: Path) -> tuple[list[tuple[int, str, int]], int]:
             per_cell.append((index, first[:60], shown))
             total += shown
     return per_cell, total
+
+
+def expected_views(notebook: Path) -> int:
+    """Interactive views in the notebook's outputs: those that carry plotly's JSON."""
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    return sum(
+        PLOTLY_MIMETYPE in output.get("data", {})
+        for cell in nb.get("cells", [])
+        if cell.get("cell_type") == "code"
+        and not {"remove-cell", "remove-output"} & set(cell.get("metadata", {}).get("tags", []))
+        for output in cell.get("outputs", [])
+    )
+
+
+def _interactive_problems(
+    chrome: DevTools, page: str, expected: int, screenshot: Path | None
+) -> tuple[list[Problem], int, bool]:
+    """Each interactive view of the open page draws and responds (menu, hover).
+
+    Returns (problems, views checked, whether `screenshot` was taken of the first view)."""
+    views = chrome.evaluate(VIEWS_SCRIPT)
+    problems = []
+    if len(views) < expected:
+        problems.append(
+            Problem(
+                page,
+                "article",
+                f"the notebook has {expected} interactive view(s), the page shows {len(views)}",
+            )
+        )
+    shot = False
+    for index, view in enumerate(views):
+        element = f"interactive view {index} (#{view['id']})"
+        if not view["drawn"] or view["marks"] == 0:
+            what = "no plotly .main-svg" if not view["drawn"] else "no marks drawn"
+            problems.append(Problem(page, element, f"did not draw ({what}; is plotly.js loaded?)"))
+            continue
+        if view["menus"]:
+            before = chrome.evaluate(VIEW_STATE.replace("VIEW_INDEX", str(index)))["drawn"]
+            label = chrome.choose_another(index)
+            after = before
+            for _ in range(40):  # plotly redraws within a frame or two
+                after = chrome.evaluate(VIEW_STATE.replace("VIEW_INDEX", str(index)))["drawn"]
+                if after != before:
+                    break
+                time.sleep(0.05)
+            if after == before:
+                problems.append(
+                    Problem(page, element, f"choosing {label!r} in its menu changed nothing drawn")
+                )
+        if not chrome.hover_middle(index).strip():
+            problems.append(Problem(page, element, "hovering its middle shows no label"))
+        if screenshot is not None and not shot:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            chrome.screenshot_view(index, screenshot)
+            shot = True
+    return problems, len(views), shot
 
 
 def notebook_formulas(notebook: Path) -> int | None:
@@ -709,11 +842,21 @@ def check_site(
             started = time.perf_counter()
             chrome.open(path.as_uri())
             seen = chrome.evaluate(PAGE_SCRIPT)
+            notebook = site / "_sources" / Path(page).with_suffix(".ipynb")
+            expected = expected_views(notebook) if notebook.is_file() else 0
+            shot = None
+            if screenshots is not None and not any(
+                s.name.startswith("interactive_") for s in report.screenshots
+            ):
+                shot = screenshots / f"interactive_{Path(page).stem}.png"
+            problems, views, taken = _interactive_problems(chrome, page, expected, shot)
+            report.views += views
+            if taken and shot is not None:
+                report.screenshots.append(shot)
             time.sleep(0.05)  # let the last console and network events arrive
             chrome.send("Runtime.evaluate", {"expression": "0"})
-            problems = _event_problems(page, chrome.take_events())
+            problems = _event_problems(page, chrome.take_events()) + problems
             problems += _content_problems(page, seen)
-            notebook = site / "_sources" / Path(page).with_suffix(".ipynb")
             if notebook.is_file():
                 problems += _figure_problems(page, notebook, seen)
                 problems += _notebook_page_problems(site, page, notebook, seen)
@@ -738,7 +881,9 @@ def check_site(
                 report.problems += problems
                 report.exercise_links += checked
         if screenshots is not None:
-            report.screenshots = _screenshots(chrome, site, seen_by_page, screenshots)
+            report.screenshots = _screenshots(chrome, site, seen_by_page, screenshots) + [
+                s for s in report.screenshots if s.name.startswith("interactive_")
+            ]
     return report
 
 
@@ -804,7 +949,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"browser check: {len(report.pages)} pages, {report.formulas} formulas, "
         f"{report.images} images, {report.links} links ({report.exercise_links} between "
-        f"exercises and solutions), {len(report.problems)} problems "
+        f"exercises and solutions), {report.views} interactive views drawn and used, "
+        f"{len(report.problems)} problems "
         f"({time.perf_counter() - start:.0f} s); screenshots: {shots}"
     )
     return 1 if report.problems else 0
