@@ -4,6 +4,7 @@ compute the same attention, inside every model family, in training too (#27, ite
 from __future__ import annotations
 
 import copy
+import types
 
 import pytest
 import torch
@@ -178,6 +179,14 @@ def test_a_taken_backend_name_is_not_overwritten() -> None:
     with pytest.raises(ValueError, match="backend name 'sdpa' is taken"):
         register_backend("sdpa", other)
     register_backend("sdpa", REGISTRY["sdpa"])  # the same function again: a no-op
+    original = REGISTRY["sdpa"]
+    reloaded = types.FunctionType(original.__code__, original.__globals__, original.__name__)
+    reloaded.__qualname__ = original.__qualname__  # as importlib.reload(utils.fast) makes it
+    try:
+        register_backend("sdpa", reloaded)  # the same definition, a new object: accepted
+        assert REGISTRY["sdpa"] is reloaded
+    finally:
+        REGISTRY["sdpa"] = original
     with pytest.raises(ValueError, match="must be callable"):
         register_backend("new", "not a function")  # type: ignore[arg-type]
     assert "new" not in REGISTRY

@@ -157,6 +157,7 @@ def edit_config(directory: Path, **changes) -> None:
     "changes, message",
     [
         ({"format_version": FORMAT_VERSION + 1}, "newer than this utils reads"),
+        ({"format_version": 0}, "format_version must be 1 or more, got 0"),
         ({"format": "something-else"}, "is not a 'attention-book-checkpoint' config"),
         ({"config.d_model": "16"}, r"GPTConfig.d_model must be <class 'int'>, got '16'"),
         ({"config.tie_embeddings": 1}, r"tie_embeddings must be <class 'bool'>, got 1"),
@@ -214,9 +215,15 @@ def test_config_from_dict_checks_names_and_types():
 
 
 def as_version_1(directory: Path, config_renames: dict, weight_renames: dict) -> None:
-    """Rewrite a saved checkpoint as format version 1 wrote it: the old names."""
+    """Rewrite a saved checkpoint as format version 1 wrote it: the old names, and
+    ModernConfig's defaults filled in (it wrote them into itself before saving)."""
     header = json.loads((directory / CONFIG_FILE).read_text())
     header["format_version"] = 1
+    if header["kind"] == "modern":
+        resolved = ModernConfig(**header["config"])
+        header["config"].update(
+            n_kv_heads=resolved.kv_heads, d_k=resolved.key_dim, d_ff=resolved.ff_dim
+        )
     header["config"] = {config_renames.get(k, k): v for k, v in header["config"].items()}
     header["tied"] = {weight_renames.get(a, a): weight_renames.get(s, s)
                       for a, s in header["tied"].items()}  # fmt: skip
@@ -241,14 +248,17 @@ def as_version_1(directory: Path, config_renames: dict, weight_renames: dict) ->
 def test_version_1_files_with_the_old_names_still_load(name, config_renames, weight_renames,
                                                        tmp_path):  # fmt: skip
     model = MODELS[name]()
-    if name == "modern":
-        model = ModernLM(model.config.replace(d_k=4)).eval()  # d_k written, so renamed
     model.save_pretrained(tmp_path / "v1")
     as_version_1(tmp_path / "v1", config_renames, weight_renames)
     header = json.loads((tmp_path / "v1" / CONFIG_FILE).read_text())
     assert set(config_renames.values()) <= set(header["config"])  # the old names are there
     loaded = type(model).from_pretrained(tmp_path / "v1")
-    assert loaded.config == model.config and torch.equal(logits(loaded), logits(model))
+    assert torch.equal(logits(loaded), logits(model))
+    if name == "transformer":
+        assert loaded.config == model.config
+    else:  # the defaults come back as the numbers version 1 wrote: the same model
+        for field in ("kv_heads", "key_dim", "ff_dim", "norm_eps", "tie_embeddings"):
+            assert getattr(loaded.config, field) == getattr(model.config, field)
 
 
 def test_a_version_1_file_with_an_old_and_a_new_name_is_refused(tmp_path):
@@ -259,3 +269,16 @@ def test_a_version_1_file_with_an_old_and_a_new_name_is_refused(tmp_path):
     (tmp_path / "v1" / CONFIG_FILE).write_text(json.dumps(header))
     with pytest.raises(ValueError, match="both 'share_embeddings' and its new name"):
         Transformer.from_pretrained(tmp_path / "v1")
+
+
+def test_a_version_1_file_with_a_weight_under_both_names_is_refused(tmp_path):
+    modern().save_pretrained(tmp_path / "v1")
+    as_version_1(tmp_path / "v1", {"norm_eps": "eps", "d_k": "d_head"}, {})
+    tensors = load_file(tmp_path / "v1" / WEIGHTS_FILE)
+    tensors["lm_head.weight"] = tensors["generator.proj.weight"].clone()
+    save_file(tensors, tmp_path / "v1" / WEIGHTS_FILE)
+    header = json.loads((tmp_path / "v1" / CONFIG_FILE).read_text())
+    header["sha256"] = hashlib.sha256((tmp_path / "v1" / WEIGHTS_FILE).read_bytes()).hexdigest()
+    (tmp_path / "v1" / CONFIG_FILE).write_text(json.dumps(header))
+    with pytest.raises(ValueError, match="both its old and its new name"):
+        ModernLM.from_pretrained(tmp_path / "v1")

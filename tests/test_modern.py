@@ -132,8 +132,10 @@ def test_bad_inputs():
         GroupedQueryAttention(24, 6, 4, 4, max_len=8)
     with pytest.raises(ValueError, match="d_head must be even"):
         RotaryEmbedding(7, max_len=8)
-    with pytest.raises(ValueError, match="d_head must be even"):
+    with pytest.raises(ValueError, match="d_k must be even"):
         ModernConfig(vocab_size=10, d_model=15, n_heads=3)
+    with pytest.raises(ValueError, match="d_k must be a positive int"):
+        ModernConfig(vocab_size=10, d_k="8")  # type: ignore[arg-type]
     model = ModernLM(ModernConfig(vocab_size=10, d_model=8, n_heads=2, n_layers=1, max_len=6))
     with pytest.raises(ValueError, match="exceeds max_len 6"):
         model(torch.zeros(1, 7, dtype=torch.long))

@@ -299,6 +299,9 @@ STATS = bleu_statistics(HYPS[:2], REFS[:2])
         (lambda: bleu_bootstrap(STATS, ["a"]), "groups must label each of the 2 sentences"),
         (lambda: bleu_drop_spread(STATS, 2), "n_drop must be less than the 2 sentences"),
         (lambda: paired_bootstrap_p(HYPS, HYPS[:2], REFS), "one entry per sentence each"),
+        (lambda: paired_bootstrap_p("a hyp", "a hyp", ["r"]), "lists of sentences, not one str"),
+        (lambda: standard_error([1.0, float("nan")]), "finite numbers, got nan at index 1"),
+        (lambda: percentile_interval([1.0, float("inf")]), "finite numbers, got inf at index 1"),
     ],
 )
 def test_bad_input_raises_value_error_saying_what_came(call, message):

@@ -111,19 +111,24 @@ BACKENDS: dict[str, Backend] = {"readable": unchecked_attention}
 _DEFINED_IN = {"sdpa": "utils.fast", "flash": "utils.flash"}
 
 
+def _origin(fn: object) -> tuple[str, str]:
+    """Where a function was defined: the same after `importlib.reload` of its module."""
+    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
+
+
 def register_backend(name: str, backend: Backend) -> None:
     """Make `backend` available to `attend` (and the models) as `name`.
 
     A name already taken by another function is a `ValueError`: a model built with that
     name would silently compute with the new one (registering the same function again is
-    fine, as a re-imported module does).
+    fine, as a module reloaded by `importlib.reload` or `%autoreload` does).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"a backend's name must be a non-empty str, got {name!r}")
     if not callable(backend):
         raise ValueError(f"backend {name!r} must be callable, got {type(backend).__name__}")
     taken = BACKENDS.get(name)
-    if taken is not None and taken is not backend:
+    if taken is not None and _origin(taken) != _origin(backend):
         raise ValueError(
             f"backend name {name!r} is taken by {getattr(taken, '__qualname__', taken)!r}; "
             "register the new one under another name"

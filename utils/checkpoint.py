@@ -153,6 +153,8 @@ def read_checkpoint(directory: str | Path) -> dict[str, Any]:
     version = header.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise ValueError(f"{path}: format_version must be an int, got {version!r}")
+    if version < 1:
+        raise ValueError(f"{path}: format_version must be 1 or more, got {version}")
     if version > FORMAT_VERSION:
         raise ValueError(
             f"{path} has format_version {version}, newer than this utils reads "
@@ -261,7 +263,10 @@ def load_pretrained(model_class: type[M], directory: str | Path, **runtime: Any)
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{weights} is not a readable safetensors file: {err}") from None
     if header["format_version"] < 2:
-        tensors = {model_class.former_names.get(k, k): t for k, t in tensors.items()}
+        renamed = {model_class.former_names.get(k, k): t for k, t in tensors.items()}
+        if len(renamed) != len(tensors):
+            raise ValueError(f"{weights} holds a weight under both its old and its new name")
+        tensors = renamed
     for alias, source in header["tied"].items():
         if source not in tensors:
             raise ValueError(f"{path}: tied weight {alias!r} points at missing {source!r}")

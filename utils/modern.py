@@ -94,11 +94,11 @@ class RMSNorm(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def _check_head_dim(d_head: object) -> int:
-    d_head = check_positive_int("d_head", d_head)
+def _check_head_dim(d_head: object, name: str = "d_head") -> int:
+    d_head = check_positive_int(name, d_head)
     if d_head % 2 != 0:
         raise ValueError(
-            f"rotary positions rotate pairs of features: d_head must be even, got {d_head}"
+            f"rotary positions rotate pairs of features: {name} must be even, got {d_head}"
         )
     return d_head
 
@@ -273,7 +273,7 @@ class GroupedQueryAttention(nn.Module):
         check_positive_int("d_model", d_model)
         self.backend = check_backend(backend)  # a runtime choice: not in the state dict
         self.n_kv_heads = check_kv_heads(n_heads, n_kv_heads)
-        self.n_heads, self.d_k = n_heads, _check_head_dim(d_k)  # d_v = d_k, as in Llama
+        self.n_heads, self.d_k = n_heads, _check_head_dim(d_k, "d_k")  # d_v = d_k, as in Llama
         self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_k = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)
         self.w_v = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)
@@ -353,7 +353,7 @@ class ModernConfig:
                 f"n_heads={self.n_heads} must divide d_model={self.d_model} when d_k "
                 f"is not given (it defaults to d_model // n_heads)"
             )
-        _check_head_dim(self.key_dim)
+        _check_head_dim(self.key_dim, "d_k")
         check_positive_int("d_ff", self.ff_dim)
         check_positive_float("rope_base", self.rope_base)
         check_positive_float("norm_eps", self.norm_eps)

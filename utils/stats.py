@@ -244,13 +244,20 @@ def discordant_pairs(
 # means and bootstraps
 
 
+def _check_finite(name: str, array: npt.NDArray[np.float64]) -> None:
+    if not np.isfinite(array).all():
+        bad = int(np.flatnonzero(~np.isfinite(array.ravel()))[0])
+        raise ValueError(f"{name} must be finite numbers, got {array.ravel()[bad]} at index {bad}")
+
+
 def standard_error(values: npt.ArrayLike | torch.Tensor) -> float:
-    """Standard error of the mean of `values` (any shape, flattened): SD (n - 1) / sqrt(n)."""
+    """Standard error of the mean of `values` (any shape, flattened): sample SD (ddof=1) / √n."""
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().double().numpy()
     array = np.asarray(values, dtype=np.float64).ravel()
     if array.size < 2:
         raise ValueError(f"values must hold at least 2 numbers for a spread, got {array.size}")
+    _check_finite("values", array)
     return float(array.std(ddof=1) / math.sqrt(array.size))
 
 
@@ -298,6 +305,7 @@ def percentile_interval(
         raise ValueError(
             f"samples must be (draws,) or (draws, k) with at least 2 draws, got shape {array.shape}"
         )
+    _check_finite("samples", array)
     tail = round(50 * (1 - confidence), 10)  # percent in each tail: 2.5 at 95 %, exactly
     return np.percentile(array, [tail, 100 - tail], axis=0)
 
@@ -424,7 +432,9 @@ def paired_bootstrap_p(
     centred |difference| exceeds the observed one. So the smallest p it can give is
     1 / (n_samples + 1). sacrebleu seeds it (12345, or the environment's `SACREBLEU_SEED`).
     """
-    if isinstance(refs, str) or not len(base_hyps) == len(system_hyps) == len(refs):
+    if any(isinstance(x, str) for x in (base_hyps, system_hyps, refs)):
+        raise ValueError("base_hyps, system_hyps and refs must be lists of sentences, not one str")
+    if not len(base_hyps) == len(system_hyps) == len(refs):
         raise ValueError(
             "base_hyps, system_hyps and refs must have one entry per sentence each, got "
             f"lengths {len(base_hyps)}, {len(system_hyps)} and {len(refs)}"
