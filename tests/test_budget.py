@@ -71,6 +71,46 @@ def test_code_fences_in_markdown_are_code_lines_not_words():
     assert budget.heading_level("Intro\n### Three\n## Two") == 2
 
 
+def test_a_code_span_does_not_cross_a_blank_line():
+    # a stray backtick once made one span up to the next backtick, two paragraphs on
+    assert budget.count_words("one `unclosed code\n\nnext para with `x` here") == 8
+    assert budget.count_words("a `span\nover two lines` ends") == 3  # one line break is fine
+
+
+def test_a_fence_closes_only_on_a_bare_fence_at_least_as_long(tmp_path):
+    nested = "Example:\n\n````markdown\n```python\n# a comment\n```\n````\n\nAfter."
+    info = "```\nx = 1\n```python\n# a comment\n```"
+    for markdown in (nested, info):
+        assert budget.heading_level(markdown) is None
+    assert budget.split_fences(nested)[1] == 3
+    assert budget.split_fences(info)[1] == 3
+    assert budget.count_words(nested) == 2
+    # the false close once ended a collapsed section at the comment
+    cells = [collapsed("## Evidence"), new_markdown_cell(nested), new_code_cell("a = 1")]
+    flags = budget.evidence_flags(
+        nbformat.read(write_notebook(tmp_path / "n.ipynb", cells), 4).cells
+    )
+    assert flags == [True, True, True]
+
+
+def test_setext_headings_and_indented_code():
+    assert budget.heading_level("Title\n=====\n\ntext") == 1
+    assert budget.heading_level("A subtitle\n---\n\n### Three") == 2
+    assert budget.heading_level("text\n\n---\n") is None  # a rule after a blank line
+    assert budget.heading_level("- a list item\n---") is None
+    assert budget.heading_level("| a | b |\n---") is None
+    # indented code: after a blank line (or first in the cell), outside lists
+    indented = "Run:\n\n    x = 1\n    # not a heading\n\n    y = 2\nback to prose"
+    assert budget.split_fences(indented)[1] == 3
+    assert budget.heading_level(indented) is None
+    assert budget.count_words(indented) == 4
+    assert budget.split_fences("    first = 1")[1] == 1
+    # a list item's continuation paragraph and a paragraph's indented line stay prose
+    prose = "- item\n\n    continued here\n\nText\n    indented continuation"
+    assert budget.split_fences(prose)[1] == 0
+    assert budget.count_words(prose) == 6
+
+
 def test_blank_lines_are_not_code_lines(tmp_path):
     code = "a = 1\n\n   \n# a comment is a line\nb = 2\n\n"
     assert budget.count_code_lines(code) == 3
@@ -186,9 +226,16 @@ def test_over_budget_is_flagged_and_check_exits_1(tmp_path, capsys):
     assert f"words>{budget.CHAPTER_MAX_WORDS:,}" in script.stdout
 
 
+def entry(seconds: float, **fields) -> dict:
+    """A times entry as the plugin writes it for a notebook whose two cells all ran."""
+    return {"seconds": seconds, "cells": 2, "collected": 2, "failed": False,
+            "measured": "2026-01-01T00:00:00+00:00", **fields}  # fmt: skip
+
+
 def test_times_budgets_chapters_5_min_solutions_3_and_solutions_have_no_word_budget(
-    tmp_path, capsys
+    tmp_path, capsys, monkeypatch
 ):
+    monkeypatch.setattr(budget, "ROOT", tmp_path)  # the keys are read relative to the root
     chapter = long_chapter(tmp_path / "01_x.ipynb", 10, 1)
     slow_chapter = long_chapter(tmp_path / "02_x.ipynb", 10, 1)
     solutions = long_chapter(
@@ -200,9 +247,9 @@ def test_times_budgets_chapters_5_min_solutions_3_and_solutions_have_no_word_bud
             {
                 "rootdir": str(tmp_path),
                 "notebooks": {
-                    "01_x.ipynb": {"seconds": 4 * 60},  # under 5 minutes
-                    "02_x.ipynb": {"seconds": 6 * 60},
-                    "solutions/01_x_solutions.ipynb": {"seconds": 4 * 60},  # over 3 minutes
+                    "01_x.ipynb": entry(4 * 60),  # under 5 minutes
+                    "02_x.ipynb": entry(6 * 60),
+                    "solutions/01_x_solutions.ipynb": entry(4 * 60),  # over 3 minutes
                 },
             }
         )
@@ -212,12 +259,55 @@ def test_times_budgets_chapters_5_min_solutions_3_and_solutions_have_no_word_bud
     assert budget.make_row(slow_chapter, times).over == ["time>5min"]
     row = budget.make_row(solutions, times)
     assert (row.kind, row.over, row.minutes) == ("solutions", ["time>3min"], 4.0)
+    assert row.time_problem is None
 
     report = json.loads(run_budget(capsys, "--json", "--times", str(times_file), str(solutions))[1])
     assert report["notebooks"][0]["over"] == ["time>3min"]
     assert report["budgets"]["solutions"]["words"] is None
     assert run_budget(capsys, "--check", "--times", str(times_file), str(chapter))[0] == 0
     assert run_budget(capsys, "--check", "--times", str(times_file), str(slow_chapter))[0] == 1
+
+
+def test_failed_and_partial_times_are_marked(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
+    paths = [long_chapter(tmp_path / f"0{i}_x.ipynb", 10, 1) for i in range(1, 5)]
+    times_file = tmp_path / "times.json"
+    notebooks = {
+        "01_x.ipynb": entry(60),
+        "02_x.ipynb": entry(60, failed=True),
+        "03_x.ipynb": entry(60, cells=1),  # one of two cells ran
+        "04_x.ipynb": {"seconds": 60},  # an older plugin's entry: completeness unknown
+    }
+    times_file.write_text(json.dumps({"notebooks": notebooks}))
+    times = budget.load_times(times_file)
+    problems = [budget.make_row(path, times).time_problem for path in paths]
+    assert problems == [None, "failed run", "partial run", "partial run"]
+    printed = run_budget(capsys, "--times", str(times_file), *map(str, paths))[1]
+    rows = {line.split()[0]: line for line in printed.splitlines() if ".ipynb" in line}
+    assert "1.0*" not in rows["01_x.ipynb"] and "1.0" in rows["01_x.ipynb"]
+    assert "1.0*" in rows["02_x.ipynb"] and "(time of a failed run)" in rows["02_x.ipynb"]
+    assert "1.0*" in rows["03_x.ipynb"] and "(time of a partial run)" in rows["03_x.ipynb"]
+    assert "1.0*" in rows["04_x.ipynb"]
+
+
+def test_times_from_another_checkout_and_a_corrupt_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
+    chapter = long_chapter(tmp_path / "notebooks" / "01_x.ipynb", 10, 1)
+    times_file = tmp_path / "times.json"
+    # written by pytest in another checkout: its rootdir is not this one
+    times_file.write_text(
+        json.dumps(
+            {"rootdir": "/elsewhere/checkout", "notebooks": {"notebooks/01_x.ipynb": entry(90)}}
+        )
+    )
+    assert budget.make_row(chapter, budget.load_times(times_file)).minutes == 1.5
+
+    for broken in ('{"notebooks": {"notebooks/01_x.ip', '{"notebooks": {"a.ipynb": {}}}', "[1]"):
+        times_file.write_text(broken)
+        assert budget.load_times(times_file) is None
+        assert "cannot read the notebook times" in capsys.readouterr().err
+    status, printed = run_budget(capsys, "--check", "--times", str(times_file), str(chapter))
+    assert status == 0 and "Times: not measured" in printed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,7 +349,7 @@ def run_nbval(folder: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_plugin_prints_the_slowest_and_merges_its_json(tmp_path):
+def test_the_plugin_prints_the_slowest_and_merges_its_json(tmp_path, monkeypatch):
     fast, slow = timed_notebooks(tmp_path)
     first = run_nbval(tmp_path, fast.name)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -272,8 +362,41 @@ def test_the_plugin_prints_the_slowest_and_merges_its_json(tmp_path):
     assert set(entries) == {"fast.ipynb", "slow.ipynb"}  # the second run kept the first's
     assert entries["slow.ipynb"]["cells"] == entries["fast.ipynb"]["cells"] == 2
     assert entries["slow.ipynb"]["seconds"] > 0.3
+    assert entries["slow.ipynb"]["collected"] == 2 and not entries["slow.ipynb"]["failed"]
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
     times = budget.load_times(tmp_path / ".cache" / "notebook_times.json")
-    assert times is not None and times.seconds[slow.resolve()] == entries["slow.ipynb"]["seconds"]
+    assert times is not None
+    assert times.seconds[slow.resolve()] == budget.Timing(entries["slow.ipynb"]["seconds"])
+
+
+def failing_notebook(folder: Path) -> Path:
+    """A notebook whose first cell fails under nbval (its output differs), of two cells."""
+    cells = [
+        new_code_cell(
+            "print(1)", execution_count=1, outputs=[new_output("stream", name="stdout", text="0\n")]
+        ),
+        new_code_cell("x = 1", execution_count=2),
+    ]
+    return write_notebook(folder / "bad.ipynb", cells)
+
+
+def test_the_plugin_writes_only_notebooks_whose_cells_all_ran(tmp_path):
+    fast, slow = timed_notebooks(tmp_path)
+    bad = failing_notebook(tmp_path)
+    times_file = tmp_path / ".cache" / "notebook_times.json"
+    # one cell of `slow` picked by its node id: a partial sum, not written
+    run = run_nbval(tmp_path, fast.name, f"{slow.name}::Cell 0")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "partial: 1 of 2 cells ran, not written" in run.stdout
+    assert set(json.loads(times_file.read_text())["notebooks"]) == {"fast.ipynb"}
+    # -x stops after the failing cell: not written; without -x it is written, marked failed
+    run = run_nbval(tmp_path, "-x", bad.name)
+    assert run.returncode == 1
+    assert set(json.loads(times_file.read_text())["notebooks"]) == {"fast.ipynb"}
+    run = run_nbval(tmp_path, bad.name)
+    assert run.returncode == 1
+    written = json.loads(times_file.read_text())["notebooks"]["bad.ipynb"]
+    assert (written["failed"], written["cells"], written["collected"]) == (True, 2, 2)
 
 
 @pytest.mark.slow
@@ -292,3 +415,13 @@ def test_the_plugin_records_under_xdist_loadscope(tmp_path):
         "slow.ipynb": 2,
     }
     assert data["notebooks"]["slow.ipynb"]["seconds"] > 0.3
+    # the workers collect, and the controller learns from them that a cell was deselected
+    run = run_nbval(
+        tmp_path, "-n", "2", "--dist", "loadscope", "--nbtimes-file", str(out),
+        "--deselect", f"{slow.name}::Cell 1", fast.name, slow.name,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "partial: 1 of 2 cells ran, not written" in run.stdout
+    again = json.loads(out.read_text())["notebooks"]
+    assert again["slow.ipynb"] == data["notebooks"]["slow.ipynb"]  # the full run's entry stays
+    assert again["fast.ipynb"]["cells"] == again["fast.ipynb"]["collected"] == 2

@@ -9,8 +9,11 @@ One row per notebook (default: the chapters, then the solutions notebooks), with
 - the **evidence**: the same counts inside collapsed sections;
 - the **running time**: the sum of the notebook's cell durations under nbval, read from the
   file that the pytest plugin ``tools/book/nbtimes.py`` writes (``--times``; default
-  ``.cache/notebook_times.json``, or ``$BOOK_NOTEBOOK_TIMES``). Without it the table says the
-  times are not measured.
+  ``.cache/notebook_times.json``, or ``$BOOK_NOTEBOOK_TIMES``). Without it, or when it cannot
+  be read (a warning then), the table says the times are not measured. Its keys are read
+  relative to this repository's root, whichever checkout wrote it. A time from a run in which a
+  cell failed, or from an entry not known to cover every cell (written by an older plugin or by
+  hand), is shown with a ``*`` and a note; it still counts against the budget.
 
 Budgets (the constants below): a chapter's main line holds at most 3,600 words of prose and
 650 non-blank lines of code, as chapters 01–08 do, and it runs in at most 5 minutes; a
@@ -31,7 +34,12 @@ What counts (and why):
   Headings nested inside a collapsed section (collapsed or not) stay inside it.
 - A formula is one word: ``$...$``, ``$$...$$``, ``\\(...\\)``, ``\\[...\\]`` and
   ``\\begin{env}...\\end{env}``. So is an inline code span (``utils.fmt``): it reads as a name.
-- Code fences in markdown count as lines of code (non-blank ones), not as words.
+- Code blocks in markdown count as lines of code (non-blank ones), not as words: fenced ones
+  (a fence closes only on a bare fence of its character, at least as long) and indented ones
+  (4 spaces, after a blank line, outside lists; see ``markdown_lines``). Their lines are never
+  headings, and no code span or formula runs across a blank line.
+- Headings are ATX (``#`` to ``######``) or setext (a line underlined with ``===``, level 1, or
+  ``---``, level 2).
 - Markup is not prose: link targets, images, HTML tags and comments, bare URLs, heading
   marks, emphasis, list bullets and table rules are stripped; link texts and table cells stay.
   A word is a whitespace-separated token with at least one letter or digit in it, so a lone
@@ -46,6 +54,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -74,6 +83,8 @@ COLLAPSED_KEY = "jp-MarkdownHeadingCollapsed"
 # ---------------------------------------------------------------------------------------------
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _HEADING_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]|$)")
+_SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")  # the underline of a level-1 or -2 heading
+_LIST_ITEM_RE = re.compile(r"^ {0,3}(?:[-+*]|\d{1,9}[.)])(?:[ \t]|$)")
 # A formula's stand-in: one token of letters, glued to its neighbours as the formula was, so
 # "the $x$-axis" stays two words and "$a$ and $b$" three.
 _WORD = "\x01formula\x01"
@@ -85,7 +96,8 @@ _FORMULA_RES = [
     # inline, as Jupyter pairs them: any two unescaped single $ with no blank line between
     re.compile(r"(?<!\\)\$(?:[^$\n]|\n(?!\s*\n))+?(?<!\\)\$"),
 ]
-_CODE_SPAN_RE = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
+# a code span, like an inline formula, cannot cross a blank line (it would end the paragraph)
+_CODE_SPAN_RE = re.compile(r"(`+)(?!`)(?:[^\n]|\n(?!\s*\n))+?(?<!`)\1(?!`)")
 _COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 _IMAGE_RE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 _LINK_RE = re.compile(r"\[([^\]]*)\](?:\([^)]*\)|\[[^\]]*\])")
@@ -97,24 +109,82 @@ _HRULE_RE = re.compile(r"^ {0,3}([-*_])(\s*\1){2,}\s*$", re.MULTILINE)
 _WORDLIKE_RE = re.compile(r"[^\W_]")  # a letter or a digit, in any script
 
 
+def _closes_fence(fence: str, line: str) -> bool:
+    """Whether `line` closes the block that `fence` opened: the same character, at least as
+    many of it, and nothing else on the line (so "```python" or a shorter fence does not)."""
+    match = _FENCE_RE.match(line)
+    return bool(
+        match
+        and match.group(1)[0] == fence[0]
+        and len(match.group(1)) >= len(fence)
+        and not line[match.end() :].strip()
+    )
+
+
+def _indent(line: str) -> int:
+    expanded = line.expandtabs(4)
+    return len(expanded) - len(expanded.lstrip())
+
+
+def markdown_lines(markdown: str) -> Iterator[tuple[str, str]]:
+    """Each line of a markdown cell with its kind: "prose", "code" (inside a fenced or an
+    indented code block) or "fence" (a fence's opening or closing line).
+
+    A fence opens at 0-3 spaces of indentation with three or more backticks or tildes (a
+    backtick fence's info string holds no backtick) and closes as `_closes_fence` says, or at the
+    end of the cell. An indented code block, kept simple: a line indented by 4 or more spaces
+    (a tab counts 4) that follows a blank line or starts the cell, and the indented or blank
+    lines after it, unless a list is open; a list opens at a list item (``-``, ``+``, ``*``,
+    ``1.``, ``1)``) and closes at an unindented line after a blank line. So the continuation
+    paragraphs of a list item stay prose, and so does an indented line inside a paragraph.
+    """
+    fence: str | None = None  # the opening fence while inside a fenced block
+    indented = False  # inside an indented code block
+    in_list = False
+    after_blank = True  # the start of the cell counts as a blank line before it
+    for line in markdown.splitlines():
+        if fence is not None:
+            if _closes_fence(fence, line):
+                fence = None
+                yield "fence", line
+            else:
+                yield "code", line
+            continue
+        if not line.strip():
+            after_blank = True
+            yield "prose", line  # a blank line: a paragraph break, whatever surrounds it
+            continue
+        indent = _indent(line)
+        if indent >= 4 and (indented or after_blank) and not in_list:
+            indented, after_blank = True, False
+            yield "code", line
+            continue
+        indented = False
+        if _LIST_ITEM_RE.match(line):
+            in_list = True
+        elif after_blank and indent == 0:
+            in_list = False
+        after_blank = False
+        match = _FENCE_RE.match(line)
+        if match and (match.group(1)[0] == "~" or "`" not in line[match.end() :]):
+            fence = match.group(1)
+            yield "fence", line
+            continue
+        yield "prose", line
+
+
 def split_fences(markdown: str) -> tuple[str, int]:
-    """The markdown without its fenced code blocks, and the fences' non-blank code lines."""
+    """The markdown without its code blocks (fenced or indented, see `markdown_lines`), and
+    their non-blank code lines. A code block leaves a blank line in the prose: it ends a
+    paragraph, so no formula or code span reaches across it."""
     prose: list[str] = []
     code_lines = 0
-    fence: str | None = None  # the opening fence while inside a block
-    for line in markdown.splitlines():
-        match = _FENCE_RE.match(line)
-        if fence is None and match:
-            fence = match.group(1)
-        elif fence is not None and match and match.group(1)[0] == fence[0]:
-            if len(match.group(1)) >= len(fence) and not line.strip().strip(fence[0]):
-                fence = None  # a closing fence: the same character, at least as long, bare
-            elif line.strip():
-                code_lines += 1
-        elif fence is not None:
-            code_lines += bool(line.strip())
-        else:
+    for kind, line in markdown_lines(markdown):
+        if kind == "prose":
             prose.append(line)
+        else:
+            prose.append("")
+            code_lines += kind == "code" and bool(line.strip())
     return "\n".join(prose), code_lines
 
 
@@ -147,18 +217,28 @@ def count_code_lines(source: str) -> int:
 
 
 def heading_level(markdown: str) -> int | None:
-    """The cell's highest heading level (1 for ``#``), ignoring ``#`` lines in code fences;
-    None without a heading."""
+    """The cell's highest heading level (1 for ``#`` or a ``===`` underline, 2 for ``##`` or a
+    ``---`` underline), ignoring lines in code blocks; None without a heading.
+
+    A setext underline (``===`` or ``---`` alone on a line) makes a heading of the paragraph line
+    right above it, when that line is prose and not a heading, a list item, a quote or a table
+    row; after a blank line ``---`` is a rule, not a heading."""
     levels = []
-    fence: str | None = None
-    for line in markdown.splitlines():
-        match = _FENCE_RE.match(line)
-        if match and (fence is None or match.group(1)[0] == fence[0]):
-            fence = match.group(1) if fence is None else None
+    text_above: str | None = None  # the previous line, if it can be a setext heading's text
+    for kind, line in markdown_lines(markdown):
+        if kind != "prose":
+            text_above = None
             continue
-        heading = _HEADING_RE.match(line)
-        if fence is None and heading:
-            levels.append(len(heading.group(1)))
+        atx = _HEADING_RE.match(line)
+        setext = _SETEXT_RE.match(line)
+        if atx:
+            levels.append(len(atx.group(1)))
+        elif setext and text_above is not None:
+            levels.append(1 if setext.group(1)[0] == "=" else 2)
+        can_be_text = line.strip() and not (
+            atx or setext or _LIST_ITEM_RE.match(line) or line.lstrip()[0] in ">|"
+        )
+        text_above = line if can_be_text else None
     return min(levels, default=None)
 
 
@@ -210,24 +290,61 @@ def count_notebook(path: Path) -> Counts:
 # running times (written by tools/book/nbtimes.py)
 # ---------------------------------------------------------------------------------------------
 @dataclass
-class Times:
-    """Measured seconds per notebook (resolved paths) and how they were measured."""
+class Timing:
+    """One notebook's measured seconds, and what is wrong with the measurement, if anything."""
 
-    seconds: dict[Path, float]
+    seconds: float
+    problem: str | None = None  # "failed run" or "partial run"; None for a clean full run
+
+
+@dataclass
+class Times:
+    """Measured times per notebook (resolved paths) and how they were measured."""
+
+    seconds: dict[Path, Timing]
     source: Path
     note: str
 
 
+def timing(entry: dict) -> Timing:
+    """An entry of the plugin's JSON as a Timing. A failed run's time is marked, and so is one
+    not known to be complete: the plugin writes ``cells`` (cells that ran) equal to
+    ``collected`` (cells nbval made) and ``measured``; an entry without them, or with fewer
+    cells than collected, came from elsewhere (an older plugin summed whatever ran)."""
+    seconds = float(entry["seconds"])
+    if entry.get("failed"):
+        return Timing(seconds, "failed run")
+    complete = (
+        "measured" in entry
+        and isinstance(entry.get("collected"), int)
+        and entry.get("cells") == entry["collected"]
+    )
+    return Timing(seconds, None if complete else "partial run")
+
+
 def load_times(path: Path) -> Times | None:
-    """The notebook times in ``path`` (the plugin's JSON), or None if there is no such file."""
+    """The notebook times in ``path`` (the plugin's JSON), or None if there is no such file or
+    it cannot be read (a warning on stderr then: the times count as not measured).
+
+    The keys are notebook paths relative to the repository root (pytest's rootdir when the
+    plugin wrote them), resolved against this repository's ROOT, not the stored ``rootdir``: a
+    file written in another checkout (or copied from a machine that timed the notebooks) names
+    this checkout's notebooks."""
     if not path.is_file():
         return None
-    data = json.loads(path.read_text())
-    root = Path(data.get("rootdir", ROOT))
-    seconds = {
-        (root / key).resolve(): float(entry["seconds"])
-        for key, entry in data.get("notebooks", {}).items()
-    }
+    try:
+        data = json.loads(path.read_text())
+        seconds = {
+            (ROOT / key).resolve(): timing(entry)
+            for key, entry in data.get("notebooks", {}).items()
+        }
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as error:
+        print(
+            f"budget.py: warning: cannot read the notebook times in {path} "
+            f"({type(error).__name__}: {error}); the times count as not measured",
+            file=sys.stderr,
+        )
+        return None
     note = f"measured {data.get('written', '?')}, {data.get('workers', '?')} worker(s)"
     return Times(seconds=seconds, source=path, note=note)
 
@@ -244,6 +361,7 @@ class Row:
     counts: Counts
     minutes: float | None  # None: not measured
     over: list[str]
+    time_problem: str | None = None  # "failed run" or "partial run": the time is marked
 
 
 def budgets(kind: str) -> tuple[int | None, int | None, float]:
@@ -257,8 +375,8 @@ def make_row(path: Path, times: Times | None) -> Row:
     """Count one notebook and compare it with its budgets."""
     kind = "solutions" if is_solutions_notebook(path) else "chapter"
     counts = count_notebook(path)
-    seconds = times.seconds.get(path.resolve()) if times else None
-    minutes = None if seconds is None else seconds / 60
+    measured = times.seconds.get(path.resolve()) if times else None
+    minutes = None if measured is None else measured.seconds / 60
     max_words, max_lines, max_minutes = budgets(kind)
     over = []
     if max_words is not None and counts.main_words > max_words:
@@ -267,7 +385,8 @@ def make_row(path: Path, times: Times | None) -> Row:
         over.append(f"lines>{max_lines}")
     if minutes is not None and minutes > max_minutes:
         over.append(f"time>{max_minutes:g}min")
-    return Row(_display_name(path), kind, counts, minutes, over)
+    problem = None if measured is None else measured.problem
+    return Row(_display_name(path), kind, counts, minutes, over, problem)
 
 
 def _display_name(path: Path) -> str:
@@ -289,7 +408,8 @@ def format_table(rows: list[Row], times: Times | None) -> str:
         f"{CHAPTER_MAX_CODE_LINES} code lines, <= {CHAPTER_MAX_MINUTES:g} min; a solutions "
         f"notebook <= {SOLUTIONS_MAX_MINUTES:g} min (no word or line budget).",
         "words, lines: main line; ev.: inside collapsed sections (evidence); "
-        "min: the notebook's cells summed under nbval.",
+        "min: the notebook's cells summed under nbval; a * marks the time of a failed or "
+        "partial run (see the note after the row).",
         (
             f"Times: {times.source} ({times.note})."
             if times
@@ -303,10 +423,14 @@ def format_table(rows: list[Row], times: Times | None) -> str:
     for row in rows:
         c = row.counts
         minutes = "-" if row.minutes is None else f"{row.minutes:.1f}"
+        notes = list(row.over)
+        if row.time_problem and row.minutes is not None:
+            minutes += "*"
+            notes.append(f"(time of a {row.time_problem})")
         lines.append(
             f"{row.notebook:<{name_width}}  {c.main_words:>6,}  {c.main_code_lines:>5}  "
             f"{c.evidence_words:>8,}  {c.evidence_code_lines:>8}  {minutes:>5}  "
-            f"{', '.join(row.over)}"
+            f"{', '.join(notes)}".rstrip()
         )
     over = sum(1 for row in rows if row.over)
     lines += ["", f"{over} of {len(rows)} notebooks over a budget."]
