@@ -5,6 +5,11 @@ exercises with the ``## Exercise N`` sections of ``notebooks/solutions/<chapter>
 (count, order, anchors, links both ways, an ``assert`` in every answer); the format is in
 ``tools/book/solutions.py``. The checker itself is tested first, on a synthetic chapter and
 solutions notebook: the pair passes, and each way of breaking it is named.
+
+`solutions.check_quotes` (issue #28) compares each section's ``>`` quote with the chapter's
+exercise as it stands, after whitespace normalisation (the rule is in ``solutions.py``). The
+chapters in ``NOT_YET_IN_STEP`` are known to differ; their test is an xfail(strict=True), so it
+fails as soon as one is put in step, and the entry must then be removed.
 """
 
 from pathlib import Path
@@ -21,9 +26,13 @@ from solutions import (
     chapter_path,
     check_exercises,
     check_pair,
+    check_quotes,
+    exercise_body,
     exercises,
     has_assert,
+    quoted,
     read_cells,
+    sections,
     solutions_path,
 )
 
@@ -251,6 +260,75 @@ def test_each_way_of_breaking_the_pair_is_named(tmp_path, breakage):
     assert any(expected in p for p in problems), "\n".join(problems) or "no problem found"
 
 
+def test_the_quote_is_the_exercise_without_anchor_title_hint_and_link(tmp_path):
+    chapter, solutions = pair(tmp_path)
+    assert check_quotes(chapter) == []
+    (first, *_) = exercises(read_cells(chapter))
+    assert exercise_body(first) == "Exercise number 1, over two lines."
+    assert quoted(sections(read_cells(solutions))[0]) == "Exercise number 1, over two lines."
+
+
+# (what changes, how: (chapter cells, solutions cells) -> None); the quote still matches
+QUOTE_MATCHES = {
+    "the quote wrapped elsewhere": lambda ch, so: _replace(
+        so, 5, "> Exercise number 2, over two lines.", "> Exercise number\n> 2, over two  lines."
+    ),
+    "a leading bold title, which the heading carries": lambda ch, so: _replace(
+        ch, 2, '<a id="exercise-2"></a>Exercise', '<a id="exercise-2"></a>**Number 2.** Exercise'
+    ),
+    "a bold word inside the text, quoted": lambda ch, so: (
+        _replace(ch, 2, "Exercise number 2, over", "Exercise **number** 2, over"),
+        _replace(so, 5, "Exercise number 2, over", "Exercise **number** 2, over"),
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(QUOTE_MATCHES))
+def test_a_quote_in_step_passes(tmp_path, change):
+    chapter, solutions = chapter_cells(), solution_cells()
+    QUOTE_MATCHES[change](chapter, solutions)
+    chapter_file, _ = pair(tmp_path, chapter, solutions)
+    assert check_quotes(chapter_file) == []
+
+
+# (what drifted, how, the expected problem)
+QUOTE_DRIFTS = {
+    "the chapter's exercise reworded, the quote not": (
+        lambda ch, so: _replace(
+            ch, 2, "Exercise number 2, over two", "Exercise number 2, over three"
+        ),
+        "exercise 2: the quote differs from the chapter's text",
+    ),
+    "the quote shortened": (
+        lambda ch, so: _replace(so, 8, "number 3, over two lines.", "number 3."),
+        "exercise 3: the quote differs",
+    ),
+    "a bold title kept in the quote": (
+        lambda ch, so: _replace(so, 2, "> Exercise number 1", "> **Number 1.** Exercise number 1"),
+        "exercise 1: the quote differs",
+    ),
+    "the hint quoted too": (
+        lambda ch, so: _replace(so, 5, "over two lines.", "over two lines. *Hint: think of 2.*"),
+        "exercise 2: the quote differs",
+    ),
+    "a changed punctuation mark": (
+        lambda ch, so: _replace(so, 2, "over two lines.", "over two lines"),
+        "exercise 1: the quote differs",
+    ),
+}
+
+
+@pytest.mark.parametrize("drift", list(QUOTE_DRIFTS))
+def test_each_way_a_quote_drifts_is_named(tmp_path, drift):
+    chapter, solutions = chapter_cells(), solution_cells()
+    change, expected = QUOTE_DRIFTS[drift]
+    change(chapter, solutions)
+    chapter_file, _ = pair(tmp_path, chapter, solutions)
+    problems = check_quotes(chapter_file)
+    assert any(expected in p for p in problems), "\n".join(problems) or "no problem found"
+    assert check_pair(chapter_file) == []  # the format is fine: only the words drifted
+
+
 def test_a_conceptual_answer_with_a_reason_passes(tmp_path):
     solutions = solution_cells()
     solutions[7] = new_markdown_cell(
@@ -314,3 +392,27 @@ def test_every_exercise_has_a_checked_solution_linked_both_ways(chapter):
 def test_every_solutions_notebook_answers_a_chapter_with_exercises():
     orphans = [s.name for s in solution_paths() if chapter_path(s) not in CHAPTERS_WITH_EXERCISES]
     assert orphans == []
+
+
+# Chapters whose solutions still quote an older wording of some exercises (issue #28 item 6):
+# others are editing them (11_decoding, edited too, is already in step). Remove a chapter
+# from here once its quotes are in step.
+NOT_YET_IN_STEP = {"10_training", "12_translation", "13_gpt"}
+
+
+def _quote_param(chapter: Path):
+    if chapter.stem not in NOT_YET_IN_STEP:
+        return chapter
+    reason = "known drift (issue #28 item 6): solutions quote an older wording; being edited"
+    return pytest.param(chapter, marks=pytest.mark.xfail(reason=reason, strict=True))
+
+
+@pytest.mark.parametrize(
+    "chapter", [_quote_param(p) for p in CHAPTERS_WITH_EXERCISES], ids=lambda p: p.stem
+)
+def test_every_solution_quotes_its_exercise_as_the_chapter_states_it(chapter):
+    assert check_quotes(chapter) == []
+
+
+def test_the_chapters_not_yet_in_step_exist():
+    assert NOT_YET_IN_STEP <= {p.stem for p in CHAPTERS_WITH_EXERCISES}

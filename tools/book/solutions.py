@@ -28,6 +28,17 @@ solutions notebook ``notebooks/solutions/NN_name_solutions.ipynb`` (issue #18), 
   An answer that no code can check (rare: a purely conceptual question) says why instead, in a
   markdown cell of its section that starts with ``**Not checked by code:**`` and a reason.
 
+- the quote is the exercise as the chapter states it now, word for word (issue #28): `quoted`
+  (the ``>`` lines of the section cell, their ``>`` markers removed) equals `exercise_body`
+  (the chapter's item without its anchor, without a leading bold title such as
+  ``**No mask.**``, which the heading carries instead, and without the hint and the Solution
+  link, from the first ``*Hint`` on), both after `normalise_whitespace` (every run of
+  whitespace, line breaks included, becomes one space; the ends are stripped). So rewrapping a
+  line or moving the quote's line breaks passes; any changed word, symbol or punctuation mark
+  fails. `check_quotes` reports each exercise whose quote differs, with the first words that
+  differ; it is kept apart from `check_pair` so that the test can list the chapters not yet in
+  step (``tests/test_solutions.py``, ``NOT_YET_IN_STEP``).
+
 The same relative links work in Jupyter, on GitHub and in the HTML book (``build_book.py``
 resolves them to the pages and their anchors; ``check_book.py`` checks them in the browser).
 
@@ -264,6 +275,65 @@ def _solutions_problems(
                 f"{name}: cell {cell.index}: {m.group(0)!r} depends on the working directory "
                 "(execute_notebooks.py runs it in notebooks/, nbval in notebooks/solutions/); "
                 "build paths from ROOT"
+            )
+    return problems
+
+
+HINT_START = "*Hint"
+LEADING_TITLE = re.compile(r"\*\*[^*\n]+\*\*[ \t]*")  # "**No mask.** " at the item's start
+
+
+def normalise_whitespace(text: str) -> str:
+    """Every run of whitespace (line breaks included) as one space, the ends stripped."""
+    return " ".join(text.split())
+
+
+def exercise_body(item: Exercise) -> str:
+    """What a solution quotes of ``item``: its text without the anchor, a leading bold title,
+    the hint and the Solution link (all from the first ``*Hint`` on), whitespace normalised."""
+    text = item.text.removeprefix(anchor(item.number)).lstrip()
+    if title := LEADING_TITLE.match(text):
+        text = text[title.end() :]
+    text = text.split(HINT_START, 1)[0]
+    text = re.sub(r"\[Solution\]\([^)]*\)", "", text)
+    return normalise_whitespace(text)
+
+
+def quoted(section: Section) -> str:
+    """The ``>`` quote of a solutions section, markers removed, whitespace normalised."""
+    lines = section.cell.source.splitlines()
+    return normalise_whitespace(" ".join(line[1:] for line in lines if line.startswith(">")))
+
+
+def _first_difference(a: str, b: str, width: int = 60) -> tuple[str, str]:
+    """The two texts from a little before the first character where they differ."""
+    i = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, i - 20)
+    return a[start : start + width], b[start : start + width]
+
+
+def check_quotes(chapter: Path, solutions: Path | None = None) -> list[str]:
+    """Each exercise of ``chapter`` whose solution's ``>`` quote is not its text as it stands.
+
+    Compares `quoted` (section N) with `exercise_body` (exercise N) for every N both have;
+    counts, anchors and links are `check_pair`'s business. [] for a chapter without exercises
+    or without its solutions notebook.
+    """
+    solutions = solutions or solutions_path(chapter)
+    try:
+        items = exercises(read_cells(chapter))
+        found = sections(read_cells(solutions)) if solutions.is_file() else []
+    except ValueError as exc:
+        return [f"{_display(chapter)}: {exc}"]
+    problems = []
+    for item, section in zip(items or [], found, strict=False):
+        want, have = exercise_body(item), quoted(section)
+        if want != have:
+            w, h = _first_difference(want, have)
+            problems.append(
+                f"{_display(solutions)}: cell {section.cell.index}: exercise {item.number}: the "
+                f"quote differs from the chapter's text (cell {item.cell}): the chapter has "
+                f"{w!r}, the quote {h!r}"
             )
     return problems
 
