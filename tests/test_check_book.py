@@ -469,6 +469,17 @@ def test_sphinx_turns_exercise_links_into_links_to_the_anchors(tmp_path):
             ),
         ]
     )
+    evidence_heading = new_markdown_cell("## Evidence: a control\n\nWhat the control shows.")
+    evidence_heading.metadata["jp-MarkdownHeadingCollapsed"] = True
+    chapter.cells[1:1] = [  # a collapsed section, then the main line goes on
+        new_markdown_cell("## 1. Main line\n\nRead straight through."),
+        new_code_cell("setup = 0", execution_count=1),  # the first code cell: the setup cell
+        evidence_heading,
+        new_code_cell("control = 1", execution_count=2),
+        new_markdown_cell("### Nested inside the evidence"),
+        new_markdown_cell("## 2. Back on the main line"),
+    ]
+    chapter.metadata["language_info"] = {"name": "python"}  # the code cell's lexer
     wrong = new_notebook(cells=[new_markdown_cell(f"# Wrong\n\n[x]({stem}.ipynb#exercise-9)")])
     (src / "notebooks" / "solutions").mkdir(parents=True)
     nbformat.write(chapter, src / "notebooks" / f"{stem}.ipynb")
@@ -498,6 +509,19 @@ def test_sphinx_turns_exercise_links_into_links_to_the_anchors(tmp_path):
         assert f'href="solutions/{stem}_solutions.html#exercise-{n}"' in chapter_html
         assert f'<a id="exercise-{n}"></a>' in solutions_html
         assert f'href="../{stem}.html#exercise-{n}"' in solutions_html
+    # the collapsed section is one closed block: its heading as the summary, its cells inside,
+    # the next heading of its level outside
+    assert chapter_html.count('<details class="evidence">') == 1
+    assert "<details class=\"evidence\" open" not in chapter_html
+    opening = chapter_html.index('<details class="evidence"><summary>')
+    after = chapter_html.index("Back on the main line", opening)
+    block = chapter_html[opening : chapter_html.rindex("</details>", opening, after)]
+    summary, inside = block.split("</summary>", 1)
+    assert summary.split("<summary>")[1].lstrip().startswith("<h2")
+    assert "Evidence: a control" in summary
+    assert "What the control shows." in inside and '<span class="n">control</span>' in inside
+    assert "Nested inside the evidence" in inside
+    assert "Read straight through." not in block and build_book.EVIDENCE_MARKER not in chapter_html
     index = (html / "index.html").read_text(encoding="utf-8")
     assert index.index(build_book.CHAPTERS_CAPTION) < index.index(build_book.SOLUTIONS_CAPTION)
 
@@ -598,3 +622,16 @@ def test_the_build_draws_plotly_outputs_with_the_pages_plotly_js():
     assert 'id="notebooks-05_x-view-0"' in first["text/html"]
     assert 'id="notebooks-05_x-view-1"' in second["text/html"]
     assert "Plotly.newPlot" in first["text/html"] and "plotly.js v" not in first["text/html"]
+
+
+def test_an_evidence_heading_cell_must_begin_with_its_heading():
+    cells = [new_markdown_cell("# T"), new_markdown_cell("## Evidence: x\n\nbody")]
+    cells[1].metadata["jp-MarkdownHeadingCollapsed"] = True
+    nb = json.loads(nbformat.writes(new_notebook(cells=cells)))
+    assert build_book._mark_evidence(nb, "notebooks/t") == 1
+    text = "".join(nb["cells"][1]["source"])
+    assert text.startswith("## Evidence: x\n\n") and build_book.EVIDENCE_MARKER in text
+    cells[1].source = "Prose before the heading.\n\n## Evidence: x"
+    nb = json.loads(nbformat.writes(new_notebook(cells=cells)))
+    with pytest.raises(build_book.BookBuildError, match="does not begin with its heading"):
+        build_book._mark_evidence(nb, "notebooks/t")
