@@ -2,7 +2,8 @@
 
 A tiny site is written into a temporary folder: clean pages, and one page per fault (a broken
 formula, raw TeX, an image that does not load, a figure of the notebook missing from its page,
-dead internal links, a JavaScript error, a request outside the site), and chapters with
+dead internal links, a JavaScript error, a request outside the site, an evidence section that
+is not a closed block which a click opens, showing its figures and formulas), and chapters with
 exercises beside their solutions pages (one pair linked both ways, one broken in every way).
 Chromium opens it once. Without Chromium the browser tests skip, except under CI=true, where
 that is a failure. A small Sphinx build shows that the notebooks' exercise links become links
@@ -111,6 +112,22 @@ GOOD = """
 </section>
 """
 
+
+def evidence_body(attrs: str = "", style: str = "", script: str = "") -> str:
+    """A page with one evidence section folded as the book folds it: a closed <details> whose
+    summary is the heading, holding a formula and a code cell with a figure."""
+    return (
+        f"{style}{script}"
+        '<section id="e"><span id="Evidence:-a-control"></span>'
+        f'<details class="evidence"{attrs}><summary><h2>Evidence: a control</h2></summary>'
+        '<p>Inline <span class="math notranslate nohighlight">\\(x^2\\)</span>.</p>'
+        '<div class="cell"><div class="cell_input"><pre>plot()</pre></div>'
+        '<div class="cell_output"><img src="figure.png" alt="control"></div></div>'
+        "</details></section>"
+    )
+
+
+EVIDENCE_TITLE = 'evidence block 0 ("Evidence: a control")'
 FAULTS = {
     # page name: (body, the problem's expected element, the expected message)
     "broken_formula": (
@@ -174,6 +191,41 @@ FAULTS = {
         '<div class="cell_output"><pre>' + "y " * 100 + "</pre></div></div>",
         ["code cell 2 ('wide = ", "code cell 3 ('show()'), output"],
         ["needs horizontal scrolling in a 1280 px window", "needs horizontal scrolling"],
+    ),
+    "evidence_open": (  # open on load
+        evidence_body(attrs=" open"),
+        [EVIDENCE_TITLE],
+        ["is open on load (it should be collapsed)"],
+    ),
+    "evidence_missing": (  # the notebook's collapsed section rendered as plain sections
+        '<section id="e"><h2>Evidence: a control</h2><div class="cell"><div class="cell_input">'
+        '<pre>plot()</pre></div><div class="cell_output"><img src="figure.png"></div></div>'
+        "</section>",
+        ["article"],
+        ["the notebook has 1 evidence section(s), the page shows 0 collapsed block(s)"],
+    ),
+    "evidence_stuck": (  # a click on the heading does not open it
+        evidence_body(
+            script="<script>document.addEventListener('click', (e) => {"
+            "if (e.target.closest('summary')) e.preventDefault(); }, true);</script>"
+        ),
+        [EVIDENCE_TITLE],
+        ["does not open when its heading is clicked"],
+    ),
+    "evidence_hidden_figure": (  # opens, but its figure stays hidden
+        evidence_body(style="<style>details.evidence img { display: none; }</style>"),
+        [f"{EVIDENCE_TITLE}: image 'figure.png'"],
+        ["not shown once opened"],
+    ),
+    "evidence_few_figures": (  # the notebook's section has two figures, the block one
+        evidence_body(),
+        [EVIDENCE_TITLE],
+        ["the notebook's section has 2 figure(s), the opened block shows 1"],
+    ),
+    "evidence_hidden_maths": (  # opens, but its formula does not show
+        evidence_body(style="<style>details.evidence mjx-container { display: none; }</style>"),
+        [f'{EVIDENCE_TITLE}: formula "'],
+        ["not typeset and shown once opened"],
     ),
     "external": (
         '<p>Hi</p><script src="http://127.0.0.1:9/tex-chtml.js"></script>',
@@ -280,6 +332,15 @@ def notebook_with_figures(n_figures: int):
     return new_notebook(cells=[new_markdown_cell("# Fixture"), cell])
 
 
+def notebook_with_evidence(n_figures: int = 1):
+    """A notebook whose one collapsed section holds a code cell with ``n_figures`` figures."""
+    nb = notebook_with_figures(n_figures)
+    heading = new_markdown_cell("## Evidence: a control")
+    heading.metadata["jp-MarkdownHeadingCollapsed"] = True
+    nb.cells.insert(1, heading)
+    return nb
+
+
 @pytest.fixture(scope="module")
 def fixture_site(tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
@@ -292,8 +353,14 @@ def fixture_site(tmp_path_factory):
     (site / "good.html").write_text(page(GOOD, notebook="good.ipynb"))
     nbformat.write(notebook_with_figures(1), site / "_sources" / "good.ipynb")
     nbformat.write(notebook_with_figures(2), site / "_sources" / "missing_figure.ipynb")
+    (site / "evidence.html").write_text(page(evidence_body(), notebook="evidence.ipynb"))
+    nbformat.write(notebook_with_evidence(), site / "_sources" / "evidence.ipynb")
     for name, (body, _, _) in FAULTS.items():
         notebook = "missing_figure.ipynb" if name == "missing_figure" else None
+        if name.startswith("evidence_"):
+            notebook = f"{name}.ipynb"
+            figures = 2 if name == "evidence_few_figures" else 1
+            nbformat.write(notebook_with_evidence(figures), site / "_sources" / notebook)
         mathjax = "_mathjax/not-there.js" if name == "mathjax_missing" else None
         (site / f"{name}.html").write_text(page(body, notebook, *[mathjax] * bool(mathjax)))
     (site / "solutions").mkdir()
@@ -325,17 +392,28 @@ def test_every_page_is_opened(report):
     assert set(report.pages) == {
         "index.html",
         "good.html",
+        "evidence.html",
         *(f"{n}.html" for n in FAULTS),
         *exercise_pages,
     }
     assert report.formulas >= 4  # the clean page's two and the broken page's two
     # ch_good 2 + 2, ch_bad 3 + 3, ch_orphan 1
     assert report.exercise_links == 11
+    # one block on evidence.html and on each evidence fault page but evidence_missing
+    assert report.evidence_blocks == 1 + sum(
+        n.startswith("evidence_") and n != "evidence_missing" for n in FAULTS
+    )
 
 
 @pytest.mark.slow
 def test_clean_pages_pass(report):
-    clean = ("index.html", "good.html", "ch_good.html", "solutions/ch_good_solutions.html")
+    clean = (
+        "index.html",
+        "good.html",
+        "evidence.html",
+        "ch_good.html",
+        "solutions/ch_good_solutions.html",
+    )
     assert [p for p in report.problems if p.page in clean] == []
 
 
@@ -379,6 +457,8 @@ def test_screenshot_of_the_notebook_page(report):
     assert [s.name for s in report.screenshots] == [
         "figures_missing_figure.png",
         "maths_missing_figure.png",
+        "evidence_closed_evidence.png",  # the first evidence block, closed, then opened
+        "evidence_open_evidence.png",
     ]
     assert all(s.read_bytes().startswith(b"\x89PNG") for s in report.screenshots)
 
@@ -469,6 +549,17 @@ def test_sphinx_turns_exercise_links_into_links_to_the_anchors(tmp_path):
             ),
         ]
     )
+    evidence_heading = new_markdown_cell("## Evidence: a control\n\nWhat the control shows.")
+    evidence_heading.metadata["jp-MarkdownHeadingCollapsed"] = True
+    chapter.cells[1:1] = [  # a collapsed section, then the main line goes on
+        new_markdown_cell("## 1. Main line\n\nRead straight through."),
+        new_code_cell("setup = 0", execution_count=1),  # the first code cell: the setup cell
+        evidence_heading,
+        new_code_cell("control = 1", execution_count=2),
+        new_markdown_cell("### Nested inside the evidence"),
+        new_markdown_cell("## 2. Back on the main line"),
+    ]
+    chapter.metadata["language_info"] = {"name": "python"}  # the code cell's lexer
     wrong = new_notebook(cells=[new_markdown_cell(f"# Wrong\n\n[x]({stem}.ipynb#exercise-9)")])
     (src / "notebooks" / "solutions").mkdir(parents=True)
     nbformat.write(chapter, src / "notebooks" / f"{stem}.ipynb")
@@ -498,6 +589,19 @@ def test_sphinx_turns_exercise_links_into_links_to_the_anchors(tmp_path):
         assert f'href="solutions/{stem}_solutions.html#exercise-{n}"' in chapter_html
         assert f'<a id="exercise-{n}"></a>' in solutions_html
         assert f'href="../{stem}.html#exercise-{n}"' in solutions_html
+    # the collapsed section is one closed block: its heading as the summary, its cells inside,
+    # the next heading of its level outside
+    assert chapter_html.count('<details class="evidence">') == 1
+    assert '<details class="evidence" open' not in chapter_html
+    opening = chapter_html.index('<details class="evidence"><summary>')
+    after = chapter_html.index("Back on the main line", opening)
+    block = chapter_html[opening : chapter_html.rindex("</details>", opening, after)]
+    summary, inside = block.split("</summary>", 1)
+    assert summary.split("<summary>")[1].lstrip().startswith("<h2")
+    assert "Evidence: a control" in summary
+    assert "What the control shows." in inside and '<span class="n">control</span>' in inside
+    assert "Nested inside the evidence" in inside
+    assert "Read straight through." not in block and build_book.EVIDENCE_MARKER not in chapter_html
     index = (html / "index.html").read_text(encoding="utf-8")
     assert index.index(build_book.CHAPTERS_CAPTION) < index.index(build_book.SOLUTIONS_CAPTION)
 
@@ -598,3 +702,16 @@ def test_the_build_draws_plotly_outputs_with_the_pages_plotly_js():
     assert 'id="notebooks-05_x-view-0"' in first["text/html"]
     assert 'id="notebooks-05_x-view-1"' in second["text/html"]
     assert "Plotly.newPlot" in first["text/html"] and "plotly.js v" not in first["text/html"]
+
+
+def test_an_evidence_heading_cell_must_begin_with_its_heading():
+    cells = [new_markdown_cell("# T"), new_markdown_cell("## Evidence: x\n\nbody")]
+    cells[1].metadata["jp-MarkdownHeadingCollapsed"] = True
+    nb = json.loads(nbformat.writes(new_notebook(cells=cells)))
+    assert build_book._mark_evidence(nb, "notebooks/t") == 1
+    text = "".join(nb["cells"][1]["source"])
+    assert text.startswith("## Evidence: x\n\n") and build_book.EVIDENCE_MARKER in text
+    cells[1].source = "Prose before the heading.\n\n## Evidence: x"
+    nb = json.loads(nbformat.writes(new_notebook(cells=cells)))
+    with pytest.raises(build_book.BookBuildError, match="does not begin with its heading"):
+        build_book._mark_evidence(nb, "notebooks/t")

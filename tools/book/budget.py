@@ -242,17 +242,33 @@ def heading_level(markdown: str) -> int | None:
     return min(levels, default=None)
 
 
-def evidence_flags(cells: list) -> list[bool]:
-    """For each cell, whether it lies inside a collapsed section (is evidence)."""
-    flags = []
+def evidence_sections(cells: list) -> list[range]:
+    """The collapsed sections of a notebook, as ranges of cell indices: each starts at a
+    markdown cell whose metadata has ``jp-MarkdownHeadingCollapsed: true`` and runs to the next
+    cell with a heading of the same or a higher level (or to the end). Headings nested inside a
+    collapsed section, collapsed or not, stay inside it. The HTML book folds each of these
+    ranges into one collapsed block (``tools/book/build_book.py``)."""
+    sections = []
+    start: int | None = None
     collapsed_at: int | None = None  # the level of the open collapsed section
-    for cell in cells:
+    for index, cell in enumerate(cells):
         level = heading_level(cell.source) if cell.cell_type == "markdown" else None
         if level is not None and collapsed_at is not None and level <= collapsed_at:
-            collapsed_at = None  # a heading as high as the section's ends it
+            sections.append(range(start, index))  # a heading as high as the section's ends it
+            start = collapsed_at = None
         if level is not None and collapsed_at is None and cell.metadata.get(COLLAPSED_KEY):
-            collapsed_at = level
-        flags.append(collapsed_at is not None)
+            start, collapsed_at = index, level
+    if start is not None:
+        sections.append(range(start, len(cells)))
+    return sections
+
+
+def evidence_flags(cells: list) -> list[bool]:
+    """For each cell, whether it lies inside a collapsed section (is evidence)."""
+    flags = [False] * len(cells)
+    for section in evidence_sections(cells):
+        for index in section:
+            flags[index] = True
     return flags
 
 

@@ -33,6 +33,13 @@ What it does:
    that draws the JSON (`interactive_html`), and the pages that have one load plotly.js once,
    from ``_static/plotly/plotly.min.js``, a copy of the installed plotly's (`copy_plotly`).
 
+5. Folds each evidence section into a collapsed block. A section whose heading cell carries
+   JupyterLab's ``jp-MarkdownHeadingCollapsed: true`` (``budget.evidence_sections``: to the next
+   heading of the same or a higher level) is collapsed in JupyterLab; on the page it becomes a
+   ``<details class="evidence">`` whose ``<summary>`` is the heading, closed until the reader
+   opens it (`_mark_evidence`, then `fold_evidence`). Such a heading cell must begin with its
+   heading, so that the block holds exactly the cells JupyterLab folds.
+
 Warnings fail the build (a broken cross-reference is a broken book). ``tools/book/check_book.py``
 then opens every page in Chromium and checks what a reader would see.
 """
@@ -57,6 +64,7 @@ from book import (  # tools/book/book.py, beside this
     notebook_paths,
     solution_paths,
 )
+from budget import evidence_sections  # what a collapsed ("evidence") section is
 from check_latex import LATEX_DIR  # the LaTeX check's node package: MathJax for the pages too
 
 BUILD = ROOT / "_build"
@@ -97,8 +105,21 @@ div.cell .cell_output pre {
   white-space: pre-wrap;
   overflow-wrap: anywhere;
 }
+details.evidence {
+  border-left: 3px solid var(--pst-color-border, #ccc);
+  padding-left: 0.75rem;
+  margin: 1rem 0;
+}
+details.evidence > summary {
+  cursor: pointer;
+}
+details.evidence > summary > :is(h1, h2, h3, h4, h5, h6) {
+  display: inline;
+}
 """
 PLOTLY_JS = "plotly/plotly.min.js"  # in _static, on the pages that draw a plotly figure
+EVIDENCE_CLASS = "evidence"  # <details class="evidence">: a collapsed section on the page
+EVIDENCE_MARKER = "book-evidence-marker"  # put after an evidence heading, replaced by the fold
 TITLE = "Attention, derived"
 CHAPTERS_CAPTION = "Notebooks"
 SOLUTIONS_CAPTION = "Worked solutions"
@@ -378,11 +399,69 @@ def _relink_notebook(staged: set[str], interactive: set[str] | None = None):
                 cell["source"] = relink(
                     "".join(text) if isinstance(text, list) else text, folder, staged
                 )
+        _mark_evidence(nb, docname)
         if _draw_interactive(nb, docname) and interactive is not None:
             interactive.add(docname)
         source[0] = json.dumps(nb)
 
     return handler
+
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]|$)")
+
+
+def _mark_evidence(nb: dict, docname: str) -> int:
+    """Put a marker right after the heading of each evidence section's heading cell
+    (`budget.evidence_sections`), for `fold_evidence` to find in the doctree; return how many.
+
+    The heading must be the cell's first line (an ATX heading of the section's level): the
+    page folds from that heading to the next one of its level, as JupyterLab does from the cell,
+    and prose above the heading in the same cell would be left outside the block.
+    """
+    from nbformat import from_dict  # requirements.txt
+
+    cells = nb.get("cells", [])
+    texts = [_text(cell.get("source", "")) for cell in cells]
+    nodes = [from_dict({**cell, "source": text}) for cell, text in zip(cells, texts, strict=True)]
+    sections = evidence_sections(nodes)
+    for section in sections:
+        first = texts[section.start].lstrip("\n").split("\n", 1)
+        if not _ATX.match(first[0]):
+            raise BookBuildError(
+                f"{docname}: cell {section.start} starts a collapsed (evidence) section but does "
+                f"not begin with its heading: {first[0][:60]!r}"
+            )
+        rest = first[1] if len(first) > 1 else ""
+        marker = f'<div class="{EVIDENCE_MARKER}"></div>'
+        cells[section.start]["source"] = f"{first[0]}\n\n{marker}\n\n{rest}"
+    return len(sections)
+
+
+def _text(source: str | list[str]) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def fold_evidence(app, doctree, docname: str) -> None:
+    """A Sphinx ``doctree-resolved`` handler: each section that holds an evidence marker
+    (`_mark_evidence`) becomes ``<details class="evidence"><summary><hN>heading</hN>
+    </summary> ... </details>`` inside its ``<section>``, closed on load.
+
+    Done on the resolved doctree, after Sphinx has read the section titles for the navigation,
+    so the title stays the section's heading there and keeps its anchor.
+    """
+    from docutils import nodes
+
+    for raw in list(doctree.findall(nodes.raw)):
+        if EVIDENCE_MARKER not in raw.astext():
+            continue
+        section = raw.parent
+        if not isinstance(section, nodes.section) or not isinstance(section[0], nodes.title):
+            raise BookBuildError(f"{docname}: an evidence marker outside a section's heading")
+        section.remove(raw)
+        opening = f'<details class="{EVIDENCE_CLASS}"><summary>'
+        section.insert(0, nodes.raw("", opening, format="html"))
+        section.insert(2, nodes.raw("", "</summary>", format="html"))
+        section.append(nodes.raw("", "</details>", format="html"))
 
 
 _RAW_ID = re.compile(r"""<a\s[^>]*?\bid\s*=\s*["']([^"']+)["']""", re.IGNORECASE)
@@ -533,6 +612,7 @@ def run_sphinx(
     interactive: set[str] = set()
     app.connect("source-read", _relink_notebook(staged, interactive))
     app.connect("doctree-read", register_raw_anchors)
+    app.connect("doctree-resolved", fold_evidence)
     app.connect("html-page-context", _load_plotly(interactive))
     app.build()
     if app.statuscode != 0 or warnings.text:

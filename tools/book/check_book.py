@@ -35,10 +35,20 @@ fails, naming the page and the element, when:
   line-length, so a longer line in a notebook is what this reports. A folded cell (the setup
   cell) does not count.
 
+- an evidence section (a heading cell with ``jp-MarkdownHeadingCollapsed: true``, as
+  ``budget.evidence_sections`` reads it) is not a collapsed block on its page: the page must
+  hold as many ``<details class="evidence">`` as the notebook has such sections, each closed on
+  load with its content hidden; a click on its heading must open it, and then its figures must
+  show (loaded, drawn at a size above zero; as many as the section's cells hold), and so must its
+  formulas (each typeset, no MathJax error, a size above zero), and none of its code cells may
+  need horizontal scrolling.
+
 It saves screenshots into ``_build/screenshots`` (``--screenshots DIR``): the notebook page
 with the most figures, scrolled to its first figure, the one with the most display
 formulas, scrolled to where they are densest, and the first interactive view of the book,
-after its menu was used, with a hover label showing (``interactive_<page>.png``).
+after its menu was used, with a hover label showing (``interactive_<page>.png``), and the first
+evidence block of the book, closed and then opened (``evidence_closed_<page>.png``,
+``evidence_open_<page>.png``).
 
 Exit status: 0 every page passes, 1 some problem (listed), 2 Chromium or the site is missing.
 """
@@ -57,7 +67,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import nbformat
+
 from book import INTERACTIVE_CLASS, PLOTLY_MIMETYPE  # beside this script
+from budget import evidence_sections
 from check_latex import LatexToolMissing, check_notebooks
 from solutions import exercises, read_cells, sections
 
@@ -81,6 +94,7 @@ PAGE_TIMEOUT_S = 60.0
 LOCAL_SCHEMES = ("file", "data", "blob", "about", "chrome-error")
 COLAB = "https://colab.research.google.com/"
 SKIP_DIRS = ("_static", "_sources", "_images", "_downloads")
+EVIDENCE_CLASS = "evidence"  # build_book.EVIDENCE_CLASS: <details class="evidence">
 FIGURE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/svg+xml", "image/webp")
 
 
@@ -107,6 +121,7 @@ class Report:
     links: int = 0
     exercise_links: int = 0  # exercise -> solution and back, each checked
     views: int = 0  # interactive views, each drawn and used
+    evidence_blocks: int = 0  # collapsed evidence blocks, each found closed and opened
     screenshots: list[Path] = field(default_factory=list)
 
 
@@ -243,6 +258,10 @@ class DevTools:
                 return text
             self._page.wait_for_timeout(50)
         return ""
+
+    def open_evidence(self, index: int) -> None:
+        """Click the summary (the heading) of the page's `index`-th evidence block."""
+        self._page.locator(f"details.{EVIDENCE_CLASS} > summary").nth(index).click()
 
     def screenshot_view(self, index: int, path: Path) -> None:
         self.view(index).screenshot(path=path)
@@ -436,6 +455,67 @@ VIEW_STATE = r"""
 })()
 """.replace("VIEW_CLASS", INTERACTIVE_CLASS)
 
+# The evidence blocks of a page as it loaded: open or not, and whether any content shows.
+EVIDENCE_SCRIPT = r"""
+(() => [...document.querySelectorAll('details.EVIDENCE_CLASS')].map((d) => {
+  const summary = d.querySelector(':scope > summary');
+  return {title: summary ? summary.textContent.replace(/[#¶]\s*$/, '').trim().slice(0, 60) : '',
+          summary: !!summary, open: d.open,
+          contentShown: [...d.children].some((c) => c.tagName !== 'SUMMARY'
+                                                  && c.checkVisibility())};
+}))()
+""".replace("EVIDENCE_CLASS", EVIDENCE_CLASS)
+
+# Evidence block N once clicked: open, its content shown, its figures and formulas drawn, and
+# any of its code cells that needs a sideways scroll.
+EVIDENCE_OPENED = r"""
+(async () => {
+  const d = document.querySelectorAll('details.EVIDENCE_CLASS')[BLOCK_INDEX];
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const snippet = (s, n) => s.replace(/\s+/g, ' ').trim().slice(0, n);
+  const shown = (el) => {
+    const box = el.getBoundingClientRect();
+    return el.checkVisibility() && box.width > 0 && box.height > 0;
+  };
+  const out = {open: d.open, images: [], maths: [], scrolls: [],
+               contentShown: [...d.children].some((c) => c.tagName !== 'SUMMARY'
+                                                       && c.checkVisibility())};
+  for (const img of d.querySelectorAll('img')) {
+    out.images.push({src: img.getAttribute('src') || '',
+                     ok: img.complete && img.naturalWidth > 0 && shown(img)});
+  }
+  for (const m of d.querySelectorAll('.math')) {
+    const c = m.querySelector('mjx-container');
+    out.maths.push({tex: snippet(m.textContent, 60),
+                    ok: !!c && shown(c) && !c.querySelector('mjx-merror')});
+  }
+  [...d.querySelectorAll('div.cell')].forEach((cell, index) => {
+    for (const el of cell.querySelectorAll('*')) {
+      if (!el.checkVisibility()) continue;
+      const overflowX = getComputedStyle(el).overflowX;
+      if ((overflowX === 'auto' || overflowX === 'scroll')
+          && el.scrollWidth > el.clientWidth + 1) {
+        const source = cell.querySelector('.cell_input, .input_area, pre');
+        out.scrolls.push({cell: index, source: source ? snippet(source.textContent, 50) : '',
+                          scrollWidth: el.scrollWidth, clientWidth: el.clientWidth});
+        break;
+      }
+    }
+  });
+  d.scrollIntoView();
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return out;
+})()
+""".replace("EVIDENCE_CLASS", EVIDENCE_CLASS)
+
+SCROLL_TO_EVIDENCE = r"""
+(async (i) => {
+  document.querySelectorAll('details.EVIDENCE_CLASS')[i].scrollIntoView();
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  return window.scrollY;
+})(%s)
+""".replace("EVIDENCE_CLASS", EVIDENCE_CLASS)
+
 FIRST_FIGURE_Y = r"""
 (() => {
   const root = document.querySelector('article') || document.body;
@@ -497,6 +577,103 @@ def expected_views(notebook: Path) -> int:
         and not {"remove-cell", "remove-output"} & set(cell.get("metadata", {}).get("tags", []))
         for output in cell.get("outputs", [])
     )
+
+
+def expected_evidence(notebook: Path) -> list[tuple[str, int]]:
+    """(heading, figures) for each evidence section of the notebook (`budget.evidence_sections`):
+    its heading's first line and the figures its cells show (markdown images and figure
+    outputs, as `expected_figures` counts them)."""
+    nb = nbformat.read(notebook, as_version=4)
+    sections = []
+    for section in evidence_sections(nb.cells):
+        figures = 0
+        for cell in nb.cells[section.start : section.stop]:
+            tags = set(cell.metadata.get("tags", []))
+            if "remove-cell" in tags:
+                continue
+            if cell.cell_type == "markdown":
+                figures += len(_MD_IMAGE.findall(cell.source))
+            elif cell.cell_type == "code" and not tags & _REMOVED:
+                figures += sum(
+                    any(m in output.get("data", {}) for m in FIGURE_MIMES)
+                    for output in cell.get("outputs", [])
+                )
+        heading = next(ln for ln in nb.cells[section.start].source.splitlines() if ln.strip())
+        sections.append((heading.lstrip("# ").strip(), figures))
+    return sections
+
+
+def _evidence_problems(
+    chrome: DevTools, page: str, expected: list[tuple[str, int]], shots: tuple[Path, Path] | None
+) -> tuple[list[Problem], int, bool]:
+    """Each evidence block of the open page: closed on load, opened by a click on its heading,
+    then showing its figures and formulas. ``shots`` (closed, open): screenshots of the first
+    block. Returns (problems, blocks checked, whether the screenshots were taken)."""
+    blocks = chrome.evaluate(EVIDENCE_SCRIPT)
+    problems = []
+    if len(blocks) != len(expected):
+        problems.append(
+            Problem(
+                page,
+                "article",
+                f"the notebook has {len(expected)} evidence section(s), the page shows "
+                f"{len(blocks)} collapsed block(s)",
+            )
+        )
+    taken = False
+    for index, block in enumerate(blocks):
+        element = f'evidence block {index} ("{block["title"]}")'
+        if not block["summary"]:
+            problems.append(Problem(page, element, "has no <summary> (its heading) to click"))
+            continue
+        if block["open"] or block["contentShown"]:
+            problems.append(Problem(page, element, "is open on load (it should be collapsed)"))
+        if shots is not None and not taken:
+            shots[0].parent.mkdir(parents=True, exist_ok=True)
+            chrome.evaluate(SCROLL_TO_EVIDENCE % index)
+            chrome.screenshot(shots[0])
+        chrome.open_evidence(index)
+        opened = chrome.evaluate(EVIDENCE_OPENED.replace("BLOCK_INDEX", str(index)))
+        if not opened["open"] or not opened["contentShown"]:
+            problems.append(Problem(page, element, "does not open when its heading is clicked"))
+            continue
+        if shots is not None and not taken:
+            chrome.screenshot(shots[1])
+            taken = True
+        want = expected[index][1] if index < len(expected) else 0
+        if len(opened["images"]) < want:
+            problems.append(
+                Problem(
+                    page,
+                    element,
+                    f"the notebook's section has {want} figure(s), the opened block shows "
+                    f"{len(opened['images'])}",
+                )
+            )
+        for img in opened["images"]:
+            if not img["ok"]:
+                problems.append(
+                    Problem(page, f"{element}: image {img['src']!r}", "not shown once opened")
+                )
+        for maths in opened["maths"]:
+            if not maths["ok"]:
+                problems.append(
+                    Problem(
+                        page,
+                        f'{element}: formula "{maths["tex"]}"',
+                        "not typeset and shown once opened",
+                    )
+                )
+        for box in opened["scrolls"]:
+            problems.append(
+                Problem(
+                    page,
+                    f"{element}: code cell {box['cell']} ({box['source']!r})",
+                    f"needs horizontal scrolling in a {VIEWPORT[0]} px window: "
+                    f"{box['scrollWidth']} px of content in {box['clientWidth']} px",
+                )
+            )
+    return problems, len(blocks), taken
 
 
 def _interactive_problems(
@@ -853,6 +1030,21 @@ def check_site(
             report.views += views
             if taken and shot is not None:
                 report.screenshots.append(shot)
+            sections = expected_evidence(notebook) if notebook.is_file() else []
+            shots = None
+            if screenshots is not None and not any(
+                s.name.startswith("evidence_") for s in report.screenshots
+            ):
+                stem = Path(page).stem
+                shots = (
+                    screenshots / f"evidence_closed_{stem}.png",
+                    screenshots / f"evidence_open_{stem}.png",
+                )
+            found, blocks, taken = _evidence_problems(chrome, page, sections, shots)
+            problems += found
+            report.evidence_blocks += blocks
+            if taken and shots is not None:
+                report.screenshots += list(shots)
             time.sleep(0.05)  # let the last console and network events arrive
             chrome.send("Runtime.evaluate", {"expression": "0"})
             problems = _event_problems(page, chrome.take_events()) + problems
@@ -882,7 +1074,7 @@ def check_site(
                 report.exercise_links += checked
         if screenshots is not None:
             report.screenshots = _screenshots(chrome, site, seen_by_page, screenshots) + [
-                s for s in report.screenshots if s.name.startswith("interactive_")
+                s for s in report.screenshots if s.name.startswith(("interactive_", "evidence_"))
             ]
     return report
 
@@ -931,7 +1123,7 @@ def main(argv: list[str] | None = None) -> int:
         "--screenshots",
         type=Path,
         default=SCREENSHOTS,
-        help="folder for the two screenshots (default: _build/screenshots)",
+        help="folder for the screenshots (default: _build/screenshots)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per page")
     args = parser.parse_args(argv)
@@ -950,6 +1142,7 @@ def main(argv: list[str] | None = None) -> int:
         f"browser check: {len(report.pages)} pages, {report.formulas} formulas, "
         f"{report.images} images, {report.links} links ({report.exercise_links} between "
         f"exercises and solutions), {report.views} interactive views drawn and used, "
+        f"{report.evidence_blocks} evidence blocks found closed and opened, "
         f"{len(report.problems)} problems "
         f"({time.perf_counter() - start:.0f} s); screenshots: {shots}"
     )
