@@ -213,7 +213,7 @@ class VisionConfig:
     n_heads: int = 4
     d_ff: int = 64
     n_layers: int = 2
-    dropout: float = 0.0
+    dropout: float = 0.1
     norm_first: bool = True
     norm_eps: float = 1e-6
     activation: str = "gelu"
