@@ -2,9 +2,9 @@
 
 Every `check_*` / `_check_*` function of every `utils` module (and every such method of its
 classes) is wrapped to count its calls (outermost only: a check that calls another counts
-once). One forward of a 2+2-layer Transformer, of a 2-layer GPT and of a 2-layer ModernLM must
-stay under a small bound, and the count must not grow with the number of layers: the layers,
-attention blocks and sublayers inside trust the checks made at the door.
+once). One forward of a 2+2-layer Transformer, of a 2-layer GPT, of a 2-layer ModernLM and of a
+2-layer ViT must stay under a small bound, and the count must not grow with the number of
+layers: the layers, attention blocks and sublayers inside trust the checks made at the door.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import utils
 from utils.gpt import GPT, GPTConfig
 from utils.model import Transformer, TransformerConfig
 from utils.modern import ModernConfig, ModernLM
+from utils.vit import VisionConfig, VisionTransformer
 
 
 def _count_checks(monkeypatch: pytest.MonkeyPatch) -> Counter:
@@ -113,3 +114,19 @@ def test_one_modern_forward_runs_few_checks(monkeypatch, fused: bool, cached: bo
     # embedding checked the ids again)
     assert 0 < sum(calls.values()) <= 2 + cached, calls
     assert _modern_checks(monkeypatch, 6, fused, cached) == calls
+
+
+def _vit_checks(monkeypatch: pytest.MonkeyPatch, n_layers: int) -> Counter:
+    model = VisionTransformer(VisionConfig(n_layers=n_layers))
+    images = torch.rand(2, 1, 8, 8)
+    with monkeypatch.context() as patch:
+        calls = _count_checks(patch)
+        model(images)
+    return calls
+
+
+def test_one_vit_forward_runs_few_checks(monkeypatch) -> None:
+    calls = _vit_checks(monkeypatch, 2)
+    # the images (check_images), once: the layers take no mask
+    assert 0 < sum(calls.values()) <= 1, calls
+    assert _vit_checks(monkeypatch, 5) == calls
