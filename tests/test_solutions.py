@@ -7,9 +7,8 @@ exercises with the ``## Exercise N`` sections of ``notebooks/solutions/<chapter>
 solutions notebook: the pair passes, and each way of breaking it is named.
 
 `solutions.check_quotes` (issue #28) compares each section's ``>`` quote with the chapter's
-exercise as it stands, after whitespace normalisation (the rule is in ``solutions.py``). The
-chapters in ``NOT_YET_IN_STEP`` are known to differ; their test is an xfail(strict=True), so it
-fails as soon as one is put in step, and the entry must then be removed.
+exercise as it stands, after whitespace normalisation (the rule is in ``solutions.py``), for
+every chapter.
 """
 
 from pathlib import Path
@@ -326,7 +325,7 @@ def test_each_way_a_quote_drifts_is_named(tmp_path, drift):
     chapter_file, _ = pair(tmp_path, chapter, solutions)
     problems = check_quotes(chapter_file)
     assert any(expected in p for p in problems), "\n".join(problems) or "no problem found"
-    assert check_pair(chapter_file) == []  # the format is fine: only the words drifted
+    assert check_pair(chapter_file) == problems  # the format is fine: the pair check says so
 
 
 def test_a_conceptual_answer_with_a_reason_passes(tmp_path):
@@ -394,25 +393,6 @@ def test_every_solutions_notebook_answers_a_chapter_with_exercises():
     assert orphans == []
 
 
-# Chapters whose solutions still quote an older wording of some exercises (issue #28 item 6):
-# others are editing them (11_decoding, edited too, is already in step). Remove a chapter
-# from here once its quotes are in step.
-NOT_YET_IN_STEP = {"10_training", "12_translation", "13_gpt"}
-
-
-def _quote_param(chapter: Path):
-    if chapter.stem not in NOT_YET_IN_STEP:
-        return chapter
-    reason = "known drift (issue #28 item 6): solutions quote an older wording; being edited"
-    return pytest.param(chapter, marks=pytest.mark.xfail(reason=reason, strict=True))
-
-
-@pytest.mark.parametrize(
-    "chapter", [_quote_param(p) for p in CHAPTERS_WITH_EXERCISES], ids=lambda p: p.stem
-)
+@pytest.mark.parametrize("chapter", CHAPTERS_WITH_EXERCISES, ids=lambda p: p.stem)
 def test_every_solution_quotes_its_exercise_as_the_chapter_states_it(chapter):
     assert check_quotes(chapter) == []
-
-
-def test_the_chapters_not_yet_in_step_exist():
-    assert NOT_YET_IN_STEP <= {p.stem for p in CHAPTERS_WITH_EXERCISES}

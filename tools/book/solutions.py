@@ -36,8 +36,8 @@ solutions notebook ``notebooks/solutions/NN_name_solutions.ipynb`` (issue #18), 
   whitespace, line breaks included, becomes one space; the ends are stripped). So rewrapping a
   line or moving the quote's line breaks passes; any changed word, symbol or punctuation mark
   fails. `check_quotes` reports each exercise whose quote differs, with the first words that
-  differ; it is kept apart from `check_pair` so that the test can list the chapters not yet in
-  step (``tests/test_solutions.py``, ``NOT_YET_IN_STEP``).
+  differ; `check_pair` runs it once the pair is otherwise whole, so `check_notebooks.py`
+  enforces it.
 
 The same relative links work in Jupyter, on GitHub and in the HTML book (``build_book.py``
 resolves them to the pages and their anchors; ``check_book.py`` checks them in the browser).
@@ -364,7 +364,8 @@ def check_pair(chapter: Path, solutions: Path | None = None) -> list[str]:
             f"{_display(chapter)})"
         )
         return problems
-    return problems + _solutions_problems(chapter, chapter_cells, items, solutions)
+    problems += _solutions_problems(chapter, chapter_cells, items, solutions)
+    return problems or check_quotes(chapter, solutions)  # quotes once the pair is whole
 
 
 def check_exercises(paths: list[Path]) -> list[str]:
