@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import utils
+from utils.bert import Bert, BertClassifier, BertConfig
 from utils.gpt import GPT, GPTConfig
 from utils.model import Transformer, TransformerConfig
 from utils.modern import ModernConfig, ModernLM
@@ -114,6 +115,27 @@ def test_one_modern_forward_runs_few_checks(monkeypatch, fused: bool, cached: bo
     # embedding checked the ids again)
     assert 0 < sum(calls.values()) <= 2 + cached, calls
     assert _modern_checks(monkeypatch, 6, fused, cached) == calls
+
+
+def _bert_checks(monkeypatch: pytest.MonkeyPatch, n_layers: int, fused: bool) -> Counter:
+    config = BertConfig(20, d_model=16, n_heads=2, d_ff=32, n_layers=n_layers, max_len=16)
+    tokens = torch.randint(0, 20, (2, 9))
+    calls: Counter = Counter()
+    for model in (Bert(config.replace(fused=fused)), BertClassifier(config.replace(fused=fused))):
+        with monkeypatch.context() as patch:
+            counted = _count_checks(patch)
+            model(tokens)
+        calls.update(counted)
+    return calls
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_one_bert_forward_runs_few_checks(monkeypatch, fused: bool) -> None:
+    calls = _bert_checks(monkeypatch, 2, fused)
+    # one check_bert_input per forward (tokens, segments, attention mask), for the masked LM
+    # and for the classifier: 2
+    assert 0 < sum(calls.values()) <= 2, calls
+    assert _bert_checks(monkeypatch, 5, fused) == calls
 
 
 def _vit_checks(monkeypatch: pytest.MonkeyPatch, n_layers: int) -> Counter:
