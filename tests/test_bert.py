@@ -126,7 +126,7 @@ def test_export_to_transformers(name: str) -> None:
 def test_save_pretrained_round_trip(tmp_path) -> None:
     torch.manual_seed(0)
     config = BertConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=24, n_layers=2, max_len=12)
-    for model in (Bert(config), BertClassifier(config.replace(n_labels=3))):
+    for model in (Bert(config), BertClassifier(config.replace(n_classes=3))):
         perturb(model)
         model.eval()
         model.save_pretrained(tmp_path / model.kind)
@@ -154,8 +154,8 @@ def test_bidirectional_and_padding() -> None:
 def test_classifier_from_bert_copies_the_encoder() -> None:
     torch.manual_seed(0)
     bert = Bert(BertConfig(vocab_size=30, d_model=16, n_heads=2, d_ff=32, n_layers=1))
-    clf = BertClassifier.from_bert(bert, n_labels=6)
-    assert clf.config.n_labels == 6 and clf(torch.randint(0, 30, (2, 5))).shape == (2, 6)
+    clf = BertClassifier.from_bert(bert, n_classes=6)
+    assert clf.config.n_classes == 6 and clf(torch.randint(0, 30, (2, 5))).shape == (2, 6)
     for (k, a), b in zip(bert.state_dict().items(), clf.bert.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
 

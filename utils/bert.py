@@ -9,7 +9,7 @@ and from Hugging Face's `BertModel` / `BertForMaskedLM` (read by attribute and k
 
 The special ids are the book's (`utils.vocab`): `<pad>` 0, `<bos>` 1 plays [CLS], `<eos>` 2
 plays [SEP], `<unk>` 3, and `MASK_ID` = 4 is [MASK]. Shapes: token ids `(B, S)`, hidden
-states `(B, S, d_model)`, MLM logits `(B, S, vocab_size)`, class logits `(B, n_labels)`.
+states `(B, S, d_model)`, MLM logits `(B, S, vocab_size)`, class logits `(B, n_classes)`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class BertConfig:
     Always post-norm with learned positions (BERT's choices, so no `norm_first`, `positional`
     fields). `n_segments`: the token-type vocabulary (2: sentence A and B). `norm_eps`: every
     LayerNorm's ε (BERT's 1e-12). `activation`: the FFN's and the MLM head's ("gelu", exact).
-    `tie_embeddings`: the MLM output layer reads the token embedding matrix. `n_labels`: the
+    `tie_embeddings`: the MLM output layer reads the token embedding matrix. `n_classes`: the
     classes of a `BertClassifier` (unused by `Bert`). `fused`: PyTorch's attention kernel.
     """
 
@@ -116,14 +116,14 @@ class BertConfig:
     activation: str = "gelu"
     tie_embeddings: bool = True
     pad_id: int = PAD_ID
-    n_labels: int = 2
+    n_classes: int = 2
     fused: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             check_positive_int(name, getattr(self, name))
         check_positive_int("n_segments", self.n_segments)
-        check_positive_int("n_labels", self.n_labels)
+        check_positive_int("n_classes", self.n_classes)
         check_head_dims(self.d_model, self.n_heads)
         check_dropout(self.dropout)
         check_positive_float("norm_eps", self.norm_eps)
@@ -137,7 +137,7 @@ class BertConfig:
             raise ValueError(f"pad_id must be in [0, {self.vocab_size}), got {self.pad_id}")
 
     def replace(self, **changes: Any) -> BertConfig:
-        """A copy with some fields changed (validated again), e.g. `replace(n_labels=6)`."""
+        """A copy with some fields changed (validated again), e.g. `replace(n_classes=6)`."""
         return dataclasses.replace(self, **changes)
 
 
@@ -294,7 +294,7 @@ class Bert(Pretrained, nn.Module):
 
 
 class BertClassifier(Pretrained, nn.Module):
-    """`Bert` with a linear layer on the pooled [CLS] state: `(B, S)` -> logits `(B, n_labels)`.
+    """`Bert` with a linear layer on the pooled [CLS] state: `(B, S)` -> logits `(B, n_classes)`.
 
     As `BertForSequenceClassification`: `classifier(dropout(pool(encode(tokens))))`.
     """
@@ -308,16 +308,16 @@ class BertClassifier(Pretrained, nn.Module):
         self.config = config = _check_config(config)
         self.bert = Bert(config)
         self.dropout = nn.Dropout(config.dropout)
-        self.classifier = nn.Linear(config.d_model, config.n_labels)
+        self.classifier = nn.Linear(config.d_model, config.n_classes)
         nn.init.xavier_uniform_(self.classifier.weight)
         nn.init.zeros_(self.classifier.bias)
 
     @classmethod
-    def from_bert(cls, bert: Bert, n_labels: int) -> BertClassifier:
+    def from_bert(cls, bert: Bert, n_classes: int) -> BertClassifier:
         """A classifier whose encoder starts as a copy of `bert`'s weights (fine-tuning)."""
         if not isinstance(bert, Bert):
             raise ValueError(f"bert must be a utils.bert.Bert, got {type(bert).__name__}")
-        model = cls(bert.config.replace(n_labels=n_labels))
+        model = cls(bert.config.replace(n_classes=n_classes))
         model.bert.load_state_dict(bert.state_dict())
         return model
 
@@ -327,7 +327,7 @@ class BertClassifier(Pretrained, nn.Module):
         segments: Tensor | None = None,
         attention_mask: Tensor | None = None,
     ) -> Tensor:
-        """`tokens (B, S)` -> class logits `(B, n_labels)`."""
+        """`tokens (B, S)` -> class logits `(B, n_classes)`."""
         pooled = self.bert.pool(self.bert.encode(tokens, segments, attention_mask))
         return self.classifier(self.dropout(pooled))
 
@@ -473,7 +473,7 @@ def config_to_hf(config: BertConfig, **overrides: Any) -> Any:
         hidden_act=_TO_HF_ACTIVATION[config.activation],
         tie_word_embeddings=config.tie_embeddings,
         pad_token_id=config.pad_id,
-        num_labels=config.n_labels,
+        num_labels=config.n_classes,
     )
     fields.update(overrides)
     return HFBertConfig(**fields)
