@@ -286,3 +286,24 @@ def test_other_bad_images():
 def test_fit_classifier_checks_labels():
     with pytest.raises(ValueError, match=r"labels must be a tensor of shape \(4,\)"):
         fit_classifier(LogisticRegression(), torch.rand(4, 1, 8, 8), torch.zeros(3).long(), steps=2)
+
+
+def test_baselines_refuse_bad_shapes():
+    with pytest.raises(ValueError, match="C·H·W = 64 pixels, got 16"):
+        LogisticRegression()(torch.rand(2, 1, 4, 4))
+    with pytest.raises(ValueError, match="float tensor"):
+        LogisticRegression()(torch.rand(2, 64))
+    with pytest.raises(ValueError, match="1 channel\\(s\\), got 3"):
+        SmallCNN(width=4)(torch.rand(2, 3, 8, 8))
+    with pytest.raises(ValueError, match="at least 2×2"):
+        SmallCNN(width=4)(torch.rand(2, 1, 1, 1))
+
+
+def test_fit_classifier_refuses_labels_outside_the_classes():
+    images = torch.rand(4, 1, 8, 8)
+    with pytest.raises(ValueError, match=r"labels must be in \[0, 10\) .* got 0..10"):
+        fit_classifier(LogisticRegression(), images, torch.tensor([0, 1, 2, 10]), steps=2)
+    with pytest.raises(ValueError, match=r"got -1..2"):
+        fit_classifier(SmallCNN(width=4), images, torch.tensor([0, -1, 2, 1]), steps=2)
+    with pytest.raises(ValueError, match="integer tensor"):
+        fit_classifier(LogisticRegression(), images, torch.zeros(4), steps=2)

@@ -369,7 +369,15 @@ class LogisticRegression(nn.Module):
         self.linear = nn.Linear(n_pixels, n_classes)
 
     def forward(self, images: Tensor) -> Tensor:
-        """`(B, C, H, W)` with C·H·W = n_pixels -> logits `(B, n_classes)`."""
+        """`(B, C, H, W)` with C·H·W = n_pixels -> logits `(B, n_classes)`; `ValueError` for
+        anything else."""
+        check_images(images, 1)
+        n_pixels = images[0].numel()
+        if n_pixels != self.linear.in_features:
+            raise ValueError(
+                f"images must have C·H·W = {self.linear.in_features} pixels, got {n_pixels} "
+                f"(shape {tuple(images.shape)})"
+            )
         return self.linear(images.flatten(1))
 
 
@@ -400,7 +408,11 @@ class SmallCNN(nn.Module):
         self.classifier = nn.Linear(2 * w, n_classes)
 
     def forward(self, images: Tensor) -> Tensor:
-        """`(B, C, H, W)` -> logits `(B, n_classes)`."""
+        """`(B, C, H, W)` -> logits `(B, n_classes)`; `ValueError` for other channels or an
+        image smaller than the 2×2 pooling."""
+        check_images(images, 1, self.features[0].in_channels)
+        if min(images.shape[-2:]) < 2:
+            raise ValueError(f"images must be at least 2×2, got shape {tuple(images.shape)}")
         return self.classifier(self.features(images).flatten(1))
 
 
@@ -430,13 +442,27 @@ def fit_classifier(
     """Train `model` with cross-entropy for `steps` AdamW steps (warm-up, linear decay).
 
     `images` `(N, C, H, W)`, `labels` `(N,)`; batches are drawn with their own generator
-    (`seed`), so the run is fixed by the seed and the model's initial weights.
+    (`seed`), so the run is fixed by the seed and the model's initial weights. `ValueError`
+    for labels that are not class indices of the model (one forward pass in eval mode reads
+    the number of classes from the logits).
     """
     if not isinstance(images, Tensor) or images.dim() != 4:
         raise ValueError(f"images must be a (N, C, H, W) tensor, got {_describe(images)}")
     if not isinstance(labels, Tensor) or labels.shape != images.shape[:1]:
         raise ValueError(
             f"labels must be a tensor of shape ({images.shape[0]},), got {_describe(labels)}"
+        )
+    if labels.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise ValueError(f"labels must be class indices (an integer tensor), got {labels.dtype}")
+    was_training = model.training
+    model.eval()  # no dropout: this one forward pass draws no random numbers
+    with torch.no_grad():
+        n_classes = model(images[:1].to(next(model.parameters()).device)).shape[-1]
+    model.train(was_training)
+    if len(labels) and (labels.min() < 0 or labels.max() >= n_classes):
+        raise ValueError(
+            f"labels must be in [0, {n_classes}) (the model's {n_classes} classes), got "
+            f"{labels.min().item()}..{labels.max().item()}"
         )
     check_positive_int("batch_size", batch_size)
     if batch_size > len(labels):
