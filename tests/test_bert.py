@@ -280,3 +280,25 @@ def test_every_attention_backend_trains_bert_alike() -> None:
         gap = max(abs(a - b) for a, b in zip(curve, curves["readable"], strict=True))
         assert gap < 1e-5, (backend, curves)
     assert sum(curves["readable"][2:]) < sum(curves["readable"][:2])  # it did train
+
+
+def test_the_embedding_tables_share_one_scale_so_a_classifier_can_fit() -> None:
+    torch.manual_seed(0)
+    config = BertConfig(60, d_model=32, n_heads=2, d_ff=64, n_layers=2, max_len=24, n_classes=4)
+    model = BertClassifier(config)
+    embed = model.bert.embed
+    stds = [t.weight.std().item() for t in (embed.token, embed.position.embedding, embed.segment)]
+    assert all(0.015 < s < 0.025 for s in stds), stds  # BERT's N(0, 0.02²), each table
+    tokens = torch.randint(5, 60, (24, 16))  # 24 random sequences with random labels
+    tokens[:, 0] = 1
+    labels = torch.randint(0, 4, (24,))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(60):
+        loss = torch.nn.functional.cross_entropy(model(tokens), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        fitted = (model(tokens).argmax(-1) == labels).float().mean().item()
+    assert fitted == 1.0, fitted  # memorised; with a drowned token table it stays near 1/4

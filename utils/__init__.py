@@ -33,7 +33,7 @@ it instead of retyping it. Imports only point backwards in the reading order:
 - `gpt2`         the book's GPT to and from Hugging Face's GPT-2 (configs, weights) -- notebook 15
 - `modern`       RMSNorm, RoPE, SwiGLU, grouped-query attention: a Llama-style LM -- notebook 16
 - `llama`        Hugging Face's LlamaForCausalLM weights in the book's ModernLM -- notebook 16
-- `bert`         the encoder as BERT: masked LM, fine-tuning, HF's BertModel -- notebook 17
+- `bert`         BERT: masked LM, fine-tuning, HF's BertModel -- notebook 17 (being written)
 - `vit`          the Vision Transformer, the 8×8 digits, baselines, attention rollout -- notebook 18
 
 Conventions: batch first, `(batch, seq, d_model)`; heads as `(batch, heads, seq, d_head)`;

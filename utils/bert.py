@@ -1,4 +1,4 @@
-"""The encoder alone as a language model: BERT (notebook 17 derives it).
+"""The encoder alone as a language model: BERT (for notebook 17, being written: issue #29).
 
 `Bert` is the book's `EncoderLayer` stack (notebook 07) with BERT's options: post-norm, GELU,
 learned positions, segment (token type) embeddings, a LayerNorm on the embeddings and ε = 1e-12.
@@ -258,8 +258,16 @@ class Bert(Pretrained, nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Xavier-uniform matrices, zero biases; the embedding tables keep their own draws."""
+        """Xavier-uniform matrices, zero biases; the three embedding tables N(0, 0.02²).
+
+        BERT's `initializer_range`. The tables must share one scale: they are summed before
+        the LayerNorm, and a token table far smaller than the position and segment tables
+        (the book's other defaults: N(0, 1/d_model), N(0, 1/2), N(0, 1)) is drowned by them,
+        so every sequence looks alike to the layers and a classifier cannot fit its labels.
+        """
         init_weights_(self, zero_biases=True, skip=self.embed.parameters())
+        for table in (self.embed.token, self.embed.position.embedding, self.embed.segment):
+            nn.init.normal_(table.weight, std=0.02)
 
     def encode(
         self,

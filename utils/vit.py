@@ -394,6 +394,7 @@ class SmallCNN(nn.Module):
         for name, value in (("in_channels", in_channels), ("width", width)):
             check_positive_int(name, value)
         check_positive_int("n_classes", n_classes)
+        self.in_channels = in_channels
         w = width
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, w, 3, padding=1),
@@ -410,7 +411,7 @@ class SmallCNN(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` -> logits `(B, n_classes)`; `ValueError` for other channels or an
         image smaller than the 2×2 pooling."""
-        check_images(images, 1, self.features[0].in_channels)
+        check_images(images, 1, self.in_channels)
         if min(images.shape[-2:]) < 2:
             raise ValueError(f"images must be at least 2×2, got shape {tuple(images.shape)}")
         return self.classifier(self.features(images).flatten(1))
